@@ -1,0 +1,1 @@
+"""Command-line interface: a thin click group; each command calls library code."""

@@ -1,0 +1,63 @@
+"""The ``otafl`` click group.
+
+Every bad-input path ends the same way: one line ``error: ...`` on stderr, exit code 2,
+no traceback. Library code raises :class:`otafl.errors.OtaflInputError`; click's own
+usage errors are folded into the same single line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from otafl.errors import OtaflInputError
+
+
+class OtaflGroup(click.Group):
+    """A click group whose errors are single lines with exit code 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:  # --help, --version
+            if standalone_mode:
+                sys.exit(e.exit_code)
+            raise
+        except click.exceptions.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as e:
+            msg = " ".join(e.format_message().split())
+            click.echo(f"error: {msg}", err=True)
+            sys.exit(2)
+        except OtaflInputError as e:
+            click.echo(f"error: {' '.join(str(e).split())}", err=True)
+            sys.exit(2)
+        if standalone_mode:
+            sys.exit(rv if isinstance(rv, int) else 0)
+        return rv
+
+
+@click.group(cls=OtaflGroup)
+@click.version_option(package_name="otafl")
+def cli() -> None:
+    """otafl: over-the-air federated learning privacy simulator."""
+
+
+def _register() -> None:
+    # Each command lives in its own module; a missing optional module must not break the CLI.
+    import importlib
+
+    for name in ("run", "bound", "scaling", "sweep", "table", "plot", "audit"):
+        try:
+            mod = importlib.import_module(f"otafl.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"otafl.cli.{name}":
+                continue
+            raise
+        cli.add_command(getattr(mod, name.replace("-", "_")))
+
+
+_register()
