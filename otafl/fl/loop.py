@@ -24,7 +24,7 @@ from otafl.data import load_dataset, sample_minibatches, split_users
 from otafl.errors import OtaflInputError
 from otafl.estimate import estimate_known, estimate_unknown
 from otafl.fl.grads import per_user_gradients
-from otafl.fl.round import AGGREGATORS, ChannelSetup
+from otafl.fl.round import AGGREGATORS, ChannelSetup, channel_only
 from otafl.models import make_model, num_parameters
 from otafl.privacy.accountants import account_run
 from otafl.privacy.facts import RoundFacts
@@ -85,10 +85,13 @@ def evaluate(model: torch.nn.Module, x: Tensor, y: Tensor, batch: int = 4096) ->
     return correct / max(1, x.shape[0])
 
 
-def run_experiment(spec: Spec, *, device: str | None = None,
+def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                    on_round: Callable[[dict], None] | None = None) -> RunResult:
     """Train FedSGD over the simulated channel described by ``spec``.
 
+    ``train=False`` draws the same channel, coins and alignment gains but computes no
+    gradients and leaves the model untouched: the privacy accounting of the run, fast
+    (sweeps with ``train = false``). Accuracy and loss are then NaN.
     ``on_round`` is called with each round's record (progress bars, live logs).
     Returns the run summary (JSON-able) and one record per round.
     """
@@ -139,7 +142,7 @@ def run_experiment(spec: Spec, *, device: str | None = None,
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
         idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
-        n_active = int(active.sum())
+        n_active = int(active.sum()) if train else 0
         if n_active:
             grads, losses = per_user_gradients(model, x_train[idx], y_train[idx], weight,
                                                weight_decay=tr.weight_decay)
@@ -151,7 +154,10 @@ def run_experiment(spec: Spec, *, device: str | None = None,
             clipped = x_train.new_zeros(0, dim)
             clipped_norms = x_train.new_zeros(0)
             train_loss, clipped_fraction = math.nan, math.nan
-        agg = aggregate(clipped, clipped_norms, h, active, setup, gens["noise"])
+        if train:
+            agg = aggregate(clipped, clipped_norms, h, active, setup, gens["noise"])
+        else:
+            agg = channel_only(h, active, setup, tr.aggregation)
         p_eff = p * agg.eligible.to(p.dtype)
         mu = float(p_eff.sum())
         n_tx = int(agg.transmitting.sum())
@@ -159,7 +165,7 @@ def run_experiment(spec: Spec, *, device: str | None = None,
             g_hat = estimate_known(agg.aligned_sum, n_tx)
         else:
             g_hat = estimate_unknown(agg.aligned_sum, mu) if mu > 0 else None
-        if g_hat is not None and n_tx > 0:
+        if train and g_hat is not None and n_tx > 0:
             opt.zero_grad(set_to_none=False)
             offset = 0
             for prm in params:
@@ -167,7 +173,7 @@ def run_experiment(spec: Spec, *, device: str | None = None,
                 prm.grad = g_hat[offset : offset + n].view_as(prm).to(prm.dtype).clone()
                 offset += n
             opt.step()
-        if (t + 1) % tr.eval_every == 0 or t == T - 1:
+        if train and ((t + 1) % tr.eval_every == 0 or t == T - 1):
             test_acc = evaluate(model, x_test, y_test)
             evaluated = test_acc
         else:

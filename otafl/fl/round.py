@@ -96,3 +96,19 @@ def ideal_aggregate(clipped: Tensor, clipped_norms: Tensor, h: Tensor, active: T
 
 
 AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate}
+
+
+def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) -> Aggregate:
+    """The channel facts of a round without any gradient (bounds-only runs).
+
+    Same alignment gain, eligibility and effective noise as :func:`ota_aggregate` would
+    produce; no signal is formed, so ``aligned_sum`` is empty and the power ratio 0.
+    """
+    if strategy == "ideal":
+        return Aggregate(h.new_zeros(0), active.clone(), torch.ones_like(active), math.nan, 0.0, 0.0)
+    c_t, eligible = alignment_gain(h, setup.power, setup.clip, setup.noise_var, setup.dim,
+                                   policy=setup.alignment, threshold=setup.threshold)
+    transmitting = active & eligible
+    eff = (float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
+           if float(c_t) > 0 else math.inf)
+    return Aggregate(h.new_zeros(0), transmitting, eligible, float(c_t), eff, 0.0)

@@ -1,0 +1,1 @@
+"""Federated learning over the air: per-user gradients, the round, the training loop."""
