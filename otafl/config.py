@@ -342,7 +342,7 @@ def validate(spec: Spec) -> None:
     check_range("train.lr", tr.lr, 0, None, lo_open=True)
     check_range("train.weight_decay", tr.weight_decay, 0, None)
     check_range("train.eval_every", tr.eval_every, 1, None)
-    check_range("train.seed", tr.seed, 0, 2**63 - 1)
+    check_range("train.seed", tr.seed, 0, 2**32 - 1)
     _names("train.device", tr.device, ("auto", "cpu", "cuda"))
     check_range("privacy.delta_l", pv.delta_l, 0, 1, lo_open=True, hi_open=True)
     if isinstance(pv.delta_prime, str):
