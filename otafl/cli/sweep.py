@@ -1,0 +1,61 @@
+"""``otafl sweep SPEC --out RESULTS.sqlite``: run a spec's ``[sweep]`` grid into an SQLite file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+
+@click.command("sweep")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Results file (SQLite) [default: runs/<spec name>.sqlite].")
+@click.option("--workers", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Worker processes, one torch thread each; 0 runs in this process.")
+@click.option("--resume", is_flag=True,
+              help="Continue a sweep in an existing results file: skip done runs, rerun running/failed ones.")
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a spec value for every point, e.g. --set train.rounds=50, or a sweep key, "
+                   "e.g. --set sweep.train=false (repeatable).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+              help="Where tensors live [default: each spec's train.device].")
+@click.option("--dry-run", is_flag=True, help="Validate the grid and list its points; run nothing.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.pass_context
+def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet):
+    """Run every point of the [sweep] grid in SPEC and store each finished run in OUT.
+
+    The grid is the product of [sweep.axes] (any section.key of the spec) plus the
+    [[sweep.points]], each crossed with sweep.seeds. Every point is validated before
+    anything runs. Each finished run is committed at once (with its per-round rows), so
+    an interrupted sweep loses only the runs in flight: rerun with --resume.
+    """
+    from otafl.sweep.executor import SweepAborted, run_sweep
+    from otafl.sweep.grid import load_grid, point_label
+    from otafl.sweep.store import open_store
+
+    sweep_spec, points = load_grid(spec, overrides)
+    if dry_run:
+        for pt in points:
+            click.echo(f"{pt.index:4d}  {point_label(pt.values)}")
+        click.echo(f"{len(points)} runs ({'trained' if sweep_spec.train else 'bounds only, train = false'})")
+        return
+    if out is None:
+        out = os.path.join("runs", f"{Path(spec).stem}.sqlite")
+    with open_store(out, resume=resume) as store:
+        try:
+            report = run_sweep(store, points, workers=workers, device=device, progress=not quiet)
+        except SweepAborted as e:
+            raise click.ClickException(str(e)) from None
+        except KeyboardInterrupt:
+            click.echo(f"error: interrupted; finished runs are in {out}, rerun with --resume", err=True)
+            ctx.exit(130)
+        done = store.count("done")
+    click.echo(f"{report.done} runs done, {report.skipped} skipped (already done), {report.failed} failed "
+               f"in {report.wall_seconds:.1f} s; {done} of {report.total} grid points done -> {out}")
+    if report.failed:
+        click.echo(f"error: {report.failed} run(s) failed, first: {report.errors[0]}; "
+                   f"fix and rerun with --resume", err=True)
+        ctx.exit(1)

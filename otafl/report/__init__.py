@@ -1,0 +1,1 @@
+"""Reports from sweep results: trade-off tables (``table``) and figures (``plots``)."""

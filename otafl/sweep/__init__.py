@@ -1,0 +1,17 @@
+"""Parameter sweeps: grid expansion (``grid``), the SQLite results store (``store``) and
+the process-pool executor (``executor``), behind ``otafl sweep``.
+
+In a notebook::
+
+    from otafl.sweep import load_grid, open_store, run_sweep
+    sweep, points = load_grid("experiments/quickstart-sweep.toml")
+    with open_store("results.sqlite", resume=True) as store:
+        report = run_sweep(store, points, workers=2)
+"""
+
+from otafl.sweep.executor import SweepAborted, SweepReport, run_sweep
+from otafl.sweep.grid import GridPoint, SweepSpec, expand_grid, load_grid, parse_sweep
+from otafl.sweep.store import ResultStore, StoredRun, open_store, read_store
+
+__all__ = ["GridPoint", "ResultStore", "StoredRun", "SweepAborted", "SweepReport", "SweepSpec", "expand_grid",
+           "load_grid", "open_store", "parse_sweep", "read_store", "run_sweep"]

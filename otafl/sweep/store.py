@@ -1,0 +1,388 @@
+"""The SQLite results store of a sweep: one file, queryable, safe against crashes.
+
+Schema (``SCHEMA_VERSION`` 1)::
+
+    meta(key TEXT PRIMARY KEY, value TEXT)   -- ('app', 'otafl-sweep'), ('schema', '1'), ('created_at', ...)
+    runs(id INTEGER PRIMARY KEY,
+         params TEXT,          -- the run's full spec as canonical JSON (Spec.canonical_json)
+         train INTEGER,        -- 1: trained, 0: bounds only
+         point TEXT,           -- JSON of the grid values that made the run, {"sampling.p": 0.1, "train.seed": 0}
+         status TEXT,          -- running | done | failed
+         error TEXT,           -- one line, for failed runs
+         started_at REAL, finished_at REAL,     -- Unix time [s]
+         summary TEXT,         -- the whole run summary as JSON (non-finite floats as "nan"/"inf")
+         <one column per scalar summary field>, -- added when first seen: final_test_accuracy,
+                                                -- paper_epsilon_central, mean_participants, ...
+         UNIQUE(params, train))
+    rounds(run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE, round INTEGER,
+           <one column per per-round field>, PRIMARY KEY(run_id, round))
+
+A run's row becomes ``running`` when the run is handed to a worker (committed at once).
+The finished run's ``runs`` update, any new columns and all of its ``rounds`` rows are ONE
+transaction, so a crash leaves each run either ``done`` with all its rounds or not
+``done``. Flat columns store NaN as NULL (SQLite has no NaN; ``summary`` keeps it);
++-inf stays a REAL, so ``WHERE paper_epsilon_central < 1`` works as expected.
+
+Concurrency: WAL journal and a busy timeout, so ``otafl table`` can read while a sweep
+writes. Only the sweep's parent process writes; it holds an advisory ``flock`` on the
+file for the whole sweep (released by the OS even on SIGKILL), so a second sweep on the
+same file stops with a one-line "locked" error instead of running the same points twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from otafl.errors import OtaflInputError
+from otafl.results import jsonable
+
+try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction locking applies
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "ResultStore", "StoredRun", "open_store", "read_store"]
+
+APP_MARKER = "otafl-sweep"
+SCHEMA_VERSION = 1
+STATUSES = ("running", "done", "failed")
+BUSY_TIMEOUT_MS = 5000
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+FIXED_RUN_COLUMNS = ("id", "params", "train", "point", "status", "error", "started_at", "finished_at", "summary")
+FIXED_ROUND_COLUMNS = ("run_id", "round")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_SCHEMA = (
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE runs("
+    " id INTEGER PRIMARY KEY, params TEXT NOT NULL, train INTEGER NOT NULL, point TEXT,"
+    " status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')), error TEXT,"
+    " started_at REAL, finished_at REAL, summary TEXT, UNIQUE(params, train))",
+    "CREATE TABLE rounds("
+    " run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, round INTEGER NOT NULL,"
+    " PRIMARY KEY(run_id, round))",
+)
+
+
+def _scalar(value: Any) -> Any:
+    """Python scalar for SQLite: tensors/numpy 0-d -> number, bool -> 0/1; None for non-scalars."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float, str)) or value is None:
+        return value
+    return None
+
+
+def _affinity(value: Any) -> str | None:
+    """Declared type of a new flat column holding ``value``; None: not a scalar (JSON only)."""
+    v = _scalar(value)
+    if v is None:
+        return None if value is not None else ""
+    return {int: "INTEGER", float: "REAL", str: "TEXT"}[type(v)]
+
+
+def _unjson(value: Any) -> Any:
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _unjson(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unjson(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One ``runs`` row read back: identity, status, decoded spec and summary."""
+
+    id: int
+    params: dict
+    train: bool
+    point: dict
+    status: str
+    error: str | None
+    summary: dict
+
+
+class ResultStore:
+    """A sweep's results file (see the module docstring). Open with :func:`open_store`
+    (writing) or :func:`read_store` (reading)."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, lock_fd: int | None = None):
+        self.path = path
+        self.conn = conn
+        self._lock_fd = lock_fd
+        self._run_cols = self._columns("runs")
+        self._round_cols = self._columns("rounds")
+
+    def close(self) -> None:
+        self.conn.close()
+        if self._lock_fd is not None:  # after the connection: closing an fd drops the process's locks
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- helpers ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def _columns(self, table: str) -> set[str]:
+        return {row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')}
+
+    def _flat_fields(self, table: str, known: set[str], record: Mapping[str, Any], fixed: tuple[str, ...]) -> list[str]:
+        """Scalar fields of ``record`` that get a column (adding new columns); inside a transaction."""
+        fields = []
+        for name, value in record.items():
+            if name in fixed or not _IDENT.match(name):
+                continue
+            kind = _affinity(value)
+            if kind is None:
+                continue
+            if name not in known:
+                self.conn.execute(f'ALTER TABLE "{table}" ADD COLUMN "{name}" {kind}'.rstrip())
+                known.add(name)
+            fields.append(name)
+        return fields
+
+    # -- queries ------------------------------------------------------------------------
+    def count(self, status: str | None = None) -> int:
+        if status is None:
+            return int(self.conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+        return int(self.conn.execute("SELECT COUNT(*) FROM runs WHERE status = ?", (status,)).fetchone()[0])
+
+    def status_of(self, params: str, train: bool) -> tuple[int, str] | None:
+        """(id, status) of the run with these params, or None if it was never started."""
+        row = self.conn.execute("SELECT id, status FROM runs WHERE params = ? AND train = ?",
+                                (params, int(train))).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta"))
+
+    # -- writes -------------------------------------------------------------------------
+    def mark_running(self, params: str, train: bool, point: Mapping[str, Any]) -> int:
+        """Insert (or reset) the run's row as ``running``, committed at once; returns its id."""
+        with self._transaction():
+            self.conn.execute(
+                "INSERT INTO runs(params, train, point, status, started_at) VALUES (?, ?, ?, 'running', ?) "
+                "ON CONFLICT(params, train) DO UPDATE SET status = 'running', error = NULL, "
+                "started_at = excluded.started_at, finished_at = NULL, point = excluded.point",
+                (params, int(train), json.dumps(jsonable(dict(point)), sort_keys=True), time.time()))
+            row = self.conn.execute("SELECT id FROM runs WHERE params = ? AND train = ?",
+                                    (params, int(train))).fetchone()
+        return int(row[0])
+
+    def mark_done(self, run_id: int, summary: Mapping[str, Any], rounds: Iterable[Mapping[str, Any]]) -> None:
+        """Store a finished run, its summary columns and all of its rounds, in ONE transaction."""
+        rounds = list(rounds)
+        with self._transaction():
+            cols = self._flat_fields("runs", self._run_cols, summary, FIXED_RUN_COLUMNS)
+            sets = "".join(f', "{c}" = ?' for c in cols)
+            self.conn.execute(
+                f"UPDATE runs SET status = 'done', error = NULL, finished_at = ?, summary = ?{sets} WHERE id = ?",
+                (time.time(), json.dumps(jsonable(dict(summary)), sort_keys=True),
+                 *(_scalar(summary[c]) for c in cols), run_id))
+            self.conn.execute("DELETE FROM rounds WHERE run_id = ?", (run_id,))
+            for rec in rounds:
+                rcols = self._flat_fields("rounds", self._round_cols, rec, FIXED_ROUND_COLUMNS)
+                names = ", ".join(["run_id", "round", *(f'"{c}"' for c in rcols)])
+                marks = ", ".join("?" * (2 + len(rcols)))
+                self.conn.execute(f"INSERT INTO rounds({names}) VALUES ({marks})",
+                                  (run_id, int(rec["round"]), *(_scalar(rec[c]) for c in rcols)))
+
+    def mark_failed(self, run_id: int, error: str) -> None:
+        """Record a failed run with a one-line error (``--resume`` reruns it)."""
+        with self._transaction():
+            self.conn.execute("UPDATE runs SET status = 'failed', error = ?, finished_at = ? WHERE id = ?",
+                              (" ".join(str(error).split())[:2000], time.time(), run_id))
+
+    # -- reads --------------------------------------------------------------------------
+    def runs(self, status: str | None = "done") -> list[StoredRun]:
+        """Runs with ``status`` (None: all), in id order, with decoded params and summary."""
+        sql = "SELECT id, params, train, point, status, error, summary FROM runs"
+        args: tuple = ()
+        if status is not None:
+            sql += " WHERE status = ?"
+            args = (status,)
+        return [StoredRun(id=int(rid), params=json.loads(params), train=bool(train),
+                          point=json.loads(point) if point else {}, status=st, error=err,
+                          summary=_unjson(json.loads(summary)) if summary else {})
+                for rid, params, train, point, st, err, summary in self.conn.execute(sql + " ORDER BY id", args)]
+
+    def rounds(self, run_id: int) -> list[dict]:
+        """The run's per-round rows in round order; NULL (a stored NaN) comes back as NaN."""
+        cur = self.conn.execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY round", (run_id,))
+        names = [d[0] for d in cur.description]
+        return [{n: (math.nan if v is None else v) for n, v in zip(names, row)} for row in cur]
+
+
+# --------------------------------------------------------------------------- opening
+
+
+def _not_ours(path: Path, why: str) -> OtaflInputError:
+    return OtaflInputError(f"{str(path)!r} is not an otafl results file ({why}); choose another path")
+
+
+def _sqlite_error(path: Path, e: sqlite3.Error) -> OtaflInputError:
+    msg = " ".join(str(e).split())
+    if "locked" in msg or "busy" in msg:
+        return _locked(path)
+    if "readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk I/O" in msg:
+        return OtaflInputError(f"results file {str(path)!r} cannot be written ({msg}); check its permissions "
+                               f"or choose another --out path")
+    if "not a database" in msg or "malformed" in msg or "encrypted" in msg:
+        return _not_ours(path, msg)
+    return OtaflInputError(f"results file {str(path)!r}: {msg}")
+
+
+def _locked(path: Path) -> OtaflInputError:
+    return OtaflInputError(f"results file {str(path)!r} is locked by another process (another sweep writing "
+                           f"it?); wait for it to finish or choose another --out path")
+
+
+def _check_header(path: Path) -> None:
+    with path.open("rb") as fh:
+        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            raise _not_ours(path, "it is not an SQLite database")
+
+
+def _check_marker(path: Path, conn: sqlite3.Connection) -> None:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "meta" not in tables:
+        raise _not_ours(path, "it has no otafl 'meta' table" if tables else "it is an empty SQLite database")
+    meta = dict(conn.execute("SELECT key, value FROM meta"))
+    if meta.get("app") != APP_MARKER:
+        raise _not_ours(path, f"its meta table says app = {meta.get('app')!r}, expected {APP_MARKER!r}")
+    if meta.get("schema") != str(SCHEMA_VERSION):
+        raise OtaflInputError(f"{str(path)!r} uses results schema {meta.get('schema')!r}; this otafl reads "
+                              f"schema {SCHEMA_VERSION}")
+    missing = sorted({"runs", "rounds"} - tables)
+    if missing:
+        raise _not_ours(path, f"table {missing[0]!r} is missing")
+
+
+def _connect(path: Path, mode: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"file:{path.resolve()}?mode={mode}", uri=True,
+                           timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)  # explicit BEGIN/COMMIT
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _writer_lock(path: Path) -> int | None:
+    """Take the sweep-lifetime advisory lock on the results file; raise if another holds it."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise _locked(path) from None
+    return fd
+
+
+def open_store(path: str | Path, *, resume: bool = False) -> ResultStore:
+    """Open (or create) a results file for a sweep to write.
+
+    Without ``resume``, a file that already holds runs is refused, so a second sweep never
+    mixes silently into the first; with ``resume`` its runs are kept and the sweep skips
+    the ``done`` ones. A path that is a folder, a file that is not an otafl results file,
+    one locked by another sweep, or one that cannot be written: one-line
+    :class:`OtaflInputError`.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise OtaflInputError(f"results path {str(p)!r} is a folder; give a file name such as results.sqlite")
+    if p.is_file() and p.stat().st_size > 0:
+        if not os.access(p, os.R_OK):
+            raise OtaflInputError(f"results file {str(p)!r} cannot be read (permission denied)")
+        _check_header(p)
+    parent = p.resolve().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OtaflInputError(f"cannot create folder {str(parent)!r} for the results file: {e.strerror}") from None
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise OtaflInputError(f"results file {str(p)!r} cannot be written (permission denied); "
+                              f"choose another --out path")
+    lock_fd = _writer_lock(p)
+    conn = None
+    try:
+        conn = _connect(p, "rwc")
+        conn.execute("BEGIN IMMEDIATE")
+        if not conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+            conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)",
+                             [("app", APP_MARKER), ("schema", str(SCHEMA_VERSION)), ("created_at", repr(time.time()))])
+        conn.execute("COMMIT")
+        _check_marker(p, conn)
+        conn.execute("PRAGMA journal_mode = WAL")
+        store = ResultStore(p, conn, lock_fd)
+        n = store.count()
+    except sqlite3.Error as e:
+        _close(conn, lock_fd)
+        raise _sqlite_error(p, e) from None
+    except BaseException:
+        _close(conn, lock_fd)
+        raise
+    if not resume and n > 0:
+        store.close()
+        raise OtaflInputError(f"results file {str(p)!r} already holds {n} run(s); pass --resume to continue "
+                              f"that sweep, or choose another --out path")
+    return store
+
+
+def _close(conn: sqlite3.Connection | None, lock_fd: int | None) -> None:
+    if conn is not None:
+        conn.close()
+    if lock_fd is not None:
+        os.close(lock_fd)
+
+
+def read_store(path: str | Path) -> ResultStore:
+    """Open a results file for reading (``otafl table``, ``otafl plot``); works during a sweep."""
+    p = Path(path)
+    if not p.is_file():
+        raise OtaflInputError(f"results file {str(p)!r} does not exist")
+    if p.stat().st_size == 0:
+        raise _not_ours(p, "it is empty")
+    _check_header(p)
+    conn = None
+    try:
+        # mode=ro cannot open a WAL database whose -shm is missing in a read-only folder; rw
+        # is used where the folder allows it, and the reader issues no writes.
+        conn = _connect(p, "rw" if os.access(p.resolve().parent, os.W_OK) and os.access(p, os.W_OK) else "ro")
+        _check_marker(p, conn)
+        return ResultStore(p, conn)
+    except sqlite3.Error as e:
+        _close(conn, None)
+        raise _sqlite_error(p, e) from None
+    except BaseException:
+        _close(conn, None)
+        raise

@@ -1,0 +1,108 @@
+"""`otafl plot`: every kind from a real tiny sweep is a valid PNG / SVG / PDF with labelled axes."""
+
+import xml.etree.ElementTree as ET
+
+import matplotlib.image
+import pytest
+from click.testing import CliRunner
+
+from otafl.cli.main import cli
+from otafl.report.plots import KINDS, make_figure, regenerate_gains
+from otafl.sweep.store import read_store
+
+SPEC = """
+[data]
+name = "synthetic"
+users = 9
+[channel]
+snr_db = [0.0, 10.0, 20.0]
+[train]
+rounds = 6
+eval_every = 2
+[sweep]
+seeds = [0, 1]
+[sweep.axes]
+"sampling.p" = [0.4, 1.0]
+[[sweep.points]]
+"sampling.scheme" = "channel-aware"
+"sampling.h_th" = 1.5
+"""
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plot")
+    (tmp / "s.toml").write_text(SPEC)
+    db = tmp / "r.sqlite"
+    res = CliRunner().invoke(cli, ["sweep", str(tmp / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["sweep", str(tmp / "s.toml"), "--out", str(tmp / "bounds.sqlite"),
+                                   "--workers", "0", "--quiet", "--set", "sweep.train=false"])
+    assert res.exit_code == 0, res.output
+    return db
+
+
+def plot(*args):
+    return CliRunner().invoke(cli, ["plot", *map(str, args)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_writes_a_valid_png(results, tmp_path, kind):
+    out = tmp_path / f"{kind}.png"
+    res = plot(results, "--kind", kind, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = matplotlib.image.imread(out)
+    assert img.ndim == 3 and img.shape[0] > 400 and img.shape[1] > 600
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_axis_is_labelled_and_has_a_legend(results, kind):
+    with read_store(results) as store:
+        fig = make_figure(store, kind)
+    for ax in fig.axes:
+        assert ax.get_ylabel() and ax.get_legend() is not None
+    assert fig.axes[-1].get_xlabel()
+    assert all(t.get_fontsize() >= 12 for ax in fig.axes for t in [ax.xaxis.label, ax.yaxis.label])
+
+
+def test_svg_and_pdf_by_suffix(results, tmp_path):
+    assert plot(results, "--kind", "privacy", "--out", tmp_path / "p.svg").exit_code == 0
+    assert ET.parse(tmp_path / "p.svg").getroot().tag.endswith("svg")
+    assert plot(results, "--kind", "tradeoff", "--out", tmp_path / "t.pdf").exit_code == 0
+    data = (tmp_path / "t.pdf").read_bytes()
+    assert data.startswith(b"%PDF-") and b"%%EOF" in data[-64:]
+
+
+def test_channel_traces_are_the_runs_own_fading_draw(results):
+    """The per-user gains the channel figure regenerates average to the stored mean gain of
+    every round (so the traces are the ones the run saw), and one trace per SNR group is drawn."""
+    with read_store(results) as store:
+        run = store.runs()[0]
+        stored = [r["mean_gain"] for r in store.rounds(run.id)]
+        fig = make_figure(store, "channel")
+    h, groups, snr = regenerate_gains(run.params)
+    assert h.shape == (6, 9) and groups.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert h.mean(dim=1).tolist() == pytest.approx(stored, rel=1e-12, abs=0)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["user 0 (0 dB group)", "user 3 (10 dB group)", "user 6 (20 dB group)", "mean over all users"]
+
+
+def test_bad_suffix_exits_2_and_writes_nothing(results, tmp_path):
+    res = plot(results, "--kind", "accuracy", "--out", tmp_path / "a.jpg")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and ".png, .svg, .pdf" in res.stderr
+    assert not (tmp_path / "a.jpg").exists()
+
+
+def test_accuracy_of_a_bounds_only_sweep_exits_2_but_privacy_works(results, tmp_path):
+    bounds = results.parent / "bounds.sqlite"
+    res = plot(bounds, "--kind", "accuracy", "--out", tmp_path / "a.png")
+    assert res.exit_code == 2 and "train = false" in res.stderr
+    assert plot(bounds, "--kind", "privacy", "--out", tmp_path / "p.png").exit_code == 0
+
+
+def test_unknown_kind_or_accountant_exits_2(results, tmp_path):
+    res = plot(results, "--kind", "histogram", "--out", tmp_path / "a.png")
+    assert res.exit_code == 2 and "histogram" in res.stderr
+    res = plot(results, "--kind", "tradeoff", "--accountant", "magic", "--out", tmp_path / "a.png")
+    assert res.exit_code == 2 and "magic" in res.stderr and res.stderr.count("\n") == 1
