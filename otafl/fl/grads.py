@@ -1,19 +1,86 @@
-"""Per-user minibatch gradients for all users in one batched computation (torch.func).
+"""Per-user minibatch gradients: their norms and their (clipped, weighted) sum.
 
 User k's gradient is that of its weighted minibatch loss
 
     F_k(w) = sum_j weight[k, j] * CE(f_w(x[k, j]), y[k, j]) + (Omega / 2) ||w||^2,
 
 with ``weight[k, j] = 1 / b_k`` on the user's b_k samples and 0 on padding, so F_k is the
-mean cross-entropy over the user's minibatch. ``torch.func.vmap`` over the user dimension
-computes every g_k(w) at once: no Python loop over users.
+mean cross-entropy over the user's minibatch, and g_k = grad F_k(w).
+
+The over-the-air round never needs the g_k themselves: clipping and the power budget need
+each user's norm ||g_k||, and the MAC delivers the sum sum_k c_k g_k of the transmitting
+users' clipped gradients (c_k = min(1, L / ||g_k||)). :class:`UserGradients` is exactly
+that interface (``norms``, ``losses``, ``weighted_sum(coef)``, and ``materialise()`` for the
+per-user superposition path), with two implementations:
+
+* :class:`StackedGradients` -- the g_k as a [n, d] tensor, from :func:`per_user_gradients`
+  (``torch.func.vmap`` over users: any model, the reference and the fallback);
+* :class:`GhostGradients` -- from :func:`ghost_gradients`: one forward and one backward
+  pass over all n b samples, no [n, d] tensor. For ``nn.Sequential`` stacks of
+  ``nn.Linear`` and element-wise activations only.
+
+Ghost norms and the book-kept sum
+---------------------------------
+For a linear layer z = W a + beta and one user with samples j = 1..b, let a_j [F_in] be
+the layer's input and delta_j = dF_k / dz_j [F_out] (already weighted by weight[k, j]).
+The user's layer gradient is
+
+    G = sum_j delta_j a_j^T  [F_out, F_in],      g_beta = sum_j delta_j  [F_out],
+
+and its squared norm needs only two b x b Gram matrices (Goodfellow 2015, "Efficient
+per-example gradient computations"; Li et al. 2022, "Large language models can be strong
+differentially private learners", ghost clipping):
+
+    ||G||_F^2 + ||g_beta||^2 = sum_{j, j'} (a_j . a_j' + 1) (delta_j . delta_j').
+
+That costs b^2 (F_in + F_out) per user, against b F_in F_out for materialising G; each
+layer takes the cheaper of the two (:func:`ghost_is_cheaper`). The per-sample output
+gradients delta_j scale linearly with the sample's loss weight (samples do not interact in
+these models), so the weighted sum over users is one matrix product per layer,
+
+    sum_k coef_k G_k = sum_{k, j} (coef_k delta_kj) a_kj^T,
+
+the same product an ordinary backward pass computes for the weight gradient: no second
+backward pass is needed (the "book-keeping" trick of Bu et al. 2023, "Differentially
+private optimization on large model at small cost", ICML).
+
+Weight decay adds Omega w to every g_k, so ||g_k + Omega w||^2 = ||g_k||^2 +
+2 Omega <w, g_k> + Omega^2 ||w||^2, and the cross term needs no g_k either: per layer,
+<W, G> + <beta, g_beta> = sum_j delta_j . (W a_j + beta) = sum_j delta_j . z_j.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.nn import functional as F
+
+from otafl.errors import OtaflInputError
+
+__all__ = [
+    "ELEMENTWISE",
+    "GhostGradients",
+    "StackedGradients",
+    "UserGradients",
+    "flatten",
+    "ghost_gradients",
+    "ghost_is_cheaper",
+    "param_dict",
+    "per_user_gradients",
+    "supports_ghost",
+    "unflatten",
+    "user_gradients",
+]
+
+#: Parameter-free, per-sample, element-wise modules the ghost path can pass through.
+ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.ELU, nn.SiLU,
+               nn.Softplus, nn.Identity)
+
+#: Gradient methods of :func:`user_gradients`.
+GRADIENT_METHODS = ("auto", "ghost", "vmap")
 
 
 def param_dict(model: nn.Module) -> dict[str, Tensor]:
@@ -39,6 +106,10 @@ def unflatten(flat: Tensor, like: dict[str, Tensor]) -> dict[str, Tensor]:
 def per_user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                        weight_decay: float = 0.0) -> tuple[Tensor, Tensor]:
     """Every user's minibatch gradient and loss at the model's current weights.
+
+    ``torch.func.vmap`` over the user dimension computes every g_k(w) at once: no Python
+    loop over users. Works for any functional model; :func:`ghost_gradients` is faster
+    where it applies.
 
     Parameters
     ----------
@@ -73,3 +144,231 @@ def per_user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *
     grad_fn = vmap(grad_and_value(user_loss, has_aux=True), in_dims=(None, 0, 0, 0))
     grads, (_, ce) = grad_fn(params, x, y, weight)
     return flatten(grads, batch_dims=1), ce
+
+
+class UserGradients:
+    """The n users' gradients g_k [d] as the round uses them.
+
+    Attributes
+    ----------
+    norms : [n], ||g_k||_2 before clipping (weight decay included).
+    losses : [n], each user's weighted minibatch cross-entropy.
+    dim : int, d.
+    """
+
+    norms: Tensor
+    losses: Tensor
+    dim: int
+
+    def weighted_sum(self, coef: Tensor) -> Tensor:
+        """sum_k coef_k g_k -> [d]; ``coef`` [n] (clip factors times who transmits)."""
+        raise NotImplementedError
+
+    def materialise(self) -> Tensor:
+        """All g_k as one [n, d] tensor (the per-user superposition path)."""
+        raise NotImplementedError
+
+
+class StackedGradients(UserGradients):
+    """Gradients held as a [n, d] tensor (from :func:`per_user_gradients` or a loop)."""
+
+    def __init__(self, grads: Tensor, losses: Tensor | None = None):
+        self.grads = grads
+        self.norms = torch.linalg.vector_norm(grads, dim=-1)
+        self.losses = grads.new_zeros(grads.shape[0]) if losses is None else losses
+        self.dim = int(grads.shape[-1])
+
+    def weighted_sum(self, coef: Tensor) -> Tensor:
+        return coef.to(self.grads.dtype) @ self.grads
+
+    def materialise(self) -> Tensor:
+        return self.grads
+
+
+@dataclass
+class _LinearTerm:
+    """One linear layer's per-user factors.
+
+    inputs : [n, b, F_in] a_kj;  deltas : [n, b, F_out] delta_kj (loss-weighted);
+    weight_grads : [n, F_out, F_in] and bias_grads : [n, F_out] when materialised, else None.
+    """
+
+    inputs: Tensor
+    deltas: Tensor
+    has_bias: bool
+    weight_grads: Tensor | None = None
+    bias_grads: Tensor | None = None
+
+    def per_user(self) -> tuple[Tensor, Tensor | None]:
+        """(G_k [n, F_out, F_in], g_beta_k [n, F_out] or None)."""
+        if self.weight_grads is not None:
+            return self.weight_grads, self.bias_grads
+        gw = torch.bmm(self.deltas.transpose(1, 2), self.inputs)
+        return gw, (self.deltas.sum(dim=1) if self.has_bias else None)
+
+    def weighted_sum(self, coef: Tensor) -> list[Tensor]:
+        """[sum_k coef_k vec(G_k), sum_k coef_k g_beta_k] as flat pieces."""
+        if self.weight_grads is not None:
+            pieces = [coef @ self.weight_grads.flatten(1)]
+            if self.has_bias:
+                pieces.append(coef @ self.bias_grads)
+            return pieces
+        n, b, f_out = self.deltas.shape
+        scaled = (self.deltas * coef[:, None, None]).reshape(n * b, f_out)
+        pieces = [(scaled.T @ self.inputs.reshape(n * b, -1)).reshape(-1)]
+        if self.has_bias:
+            pieces.append(scaled.sum(dim=0))
+        return pieces
+
+
+class GhostGradients(UserGradients):
+    """Gradients kept as per-layer factors (inputs, output gradients); see the module doc.
+
+    Built by :func:`ghost_gradients`; ``weighted_sum`` costs one weight-gradient product
+    per layer, ``materialise`` builds the [n, d] tensor only when asked.
+    """
+
+    def __init__(self, terms: list[_LinearTerm], norms: Tensor, losses: Tensor, flat_params: Tensor,
+                 weight_decay: float):
+        self.terms = terms
+        self.norms = norms
+        self.losses = losses
+        self.flat_params = flat_params
+        self.weight_decay = float(weight_decay)
+        self.dim = int(flat_params.numel())
+
+    def weighted_sum(self, coef: Tensor) -> Tensor:
+        coef = coef.to(self.flat_params.dtype)
+        total = torch.cat([piece for term in self.terms for piece in term.weighted_sum(coef)])
+        if self.weight_decay:
+            total = total + (self.weight_decay * coef.sum()) * self.flat_params
+        return total
+
+    def materialise(self) -> Tensor:
+        pieces = []
+        for term in self.terms:
+            gw, gb = term.per_user()
+            pieces.append(gw.flatten(1))
+            if gb is not None:
+                pieces.append(gb)
+        grads = torch.cat(pieces, dim=1)
+        if self.weight_decay:
+            grads = grads + self.weight_decay * self.flat_params
+        return grads
+
+
+def supports_ghost(model: nn.Module) -> bool:
+    """True for an ``nn.Sequential`` of ``nn.Linear`` and :data:`ELEMENTWISE` modules (not in place)
+    with at least one linear layer and every parameter in a linear layer."""
+    if not isinstance(model, nn.Sequential):
+        return False
+    linear = 0
+    for module in model:
+        if isinstance(module, nn.Linear):
+            linear += 1
+        elif not isinstance(module, ELEMENTWISE) or getattr(module, "inplace", False) \
+                or any(True for _ in module.parameters()):
+            return False
+    return linear > 0
+
+
+def ghost_is_cheaper(batch: int, in_features: int, out_features: int) -> bool:
+    """Gram-matrix norms cost b^2 (F_in + F_out) per user, materialising G costs b F_in F_out."""
+    return batch * batch * (in_features + out_features) < batch * in_features * out_features
+
+
+def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
+                    weight_decay: float = 0.0, ghost: bool | None = None) -> GhostGradients:
+    """Per-user gradient norms, losses and a lazily summed gradient from one forward+backward.
+
+    Same g_k as :func:`per_user_gradients` (see the module docstring for the equations),
+    computed from a single forward pass over all n b samples and a single backward pass to
+    the linear layers' outputs; no parameter gradient is formed.
+
+    Parameters
+    ----------
+    model : nn.Sequential
+        Must satisfy :func:`supports_ghost`; its parameters are not modified.
+    x : [n, b, F], y : [n, b] int64, weight : [n, b]
+        As in :func:`per_user_gradients`.
+    weight_decay : float
+        Omega >= 0.
+    ghost : bool or None
+        Force Gram-matrix norms (True) or materialised layer gradients (False) for every
+        layer; ``None`` (default) picks the cheaper per layer (:func:`ghost_is_cheaper`).
+
+    Returns
+    -------
+    GhostGradients with ``norms`` [n], ``losses`` [n] in the model's dtype.
+    """
+    if not supports_ghost(model):
+        raise OtaflInputError(f"ghost_gradients needs an nn.Sequential of nn.Linear and element-wise "
+                        f"activations; got {type(model).__name__}")
+    n, b = y.shape
+    h = x.reshape(n * b, -1)
+    inputs, outputs, layers = [], [], []
+    with torch.enable_grad():
+        for module in model:
+            if isinstance(module, nn.Linear):
+                bias = module.bias.detach() if module.bias is not None else None
+                inputs.append(h.detach())
+                z = F.linear(h, module.weight.detach(), bias)
+                if not z.requires_grad:  # the first layer: make its output the graph's leaf
+                    z.requires_grad_(True)
+                outputs.append(z)
+                layers.append(module)
+                h = z
+            else:
+                h = module(h)
+        ce = F.cross_entropy(h, y.reshape(-1), reduction="none").view(n, b)
+        losses = (ce * weight).sum(dim=1)
+        deltas = torch.autograd.grad(losses.sum(), outputs)
+
+    terms = []
+    sq_norms = losses.new_zeros(n)
+    cross = losses.new_zeros(n)  # <w, g_k> without the regulariser
+    for module, a, z, delta in zip(layers, inputs, outputs, deltas):
+        f_in, f_out = module.in_features, module.out_features
+        a, delta = a.view(n, b, f_in), delta.view(n, b, f_out)
+        has_bias = module.bias is not None
+        use_gram = ghost_is_cheaper(b, f_in, f_out) if ghost is None else ghost
+        if use_gram:
+            gram_a = torch.bmm(a, a.transpose(1, 2))
+            if has_bias:
+                gram_a = gram_a + 1.0
+            gram_delta = torch.bmm(delta, delta.transpose(1, 2))
+            sq_norms = sq_norms + (gram_a * gram_delta).sum(dim=(1, 2))
+            term = _LinearTerm(a, delta, has_bias)
+        else:
+            gw = torch.bmm(delta.transpose(1, 2), a)
+            gb = delta.sum(dim=1) if has_bias else None
+            sq_norms = sq_norms + gw.square().sum(dim=(1, 2))
+            if has_bias:
+                sq_norms = sq_norms + gb.square().sum(dim=1)
+            term = _LinearTerm(a, delta, has_bias, gw, gb)
+        terms.append(term)
+        if weight_decay:
+            cross = cross + (delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2))
+
+    flat_params = flatten(param_dict(model))
+    if weight_decay:
+        w_sq = flat_params.square().sum()
+        sq_norms = sq_norms + 2.0 * weight_decay * cross + weight_decay * weight_decay * w_sq
+    norms = torch.sqrt(torch.clamp(sq_norms, min=0.0))
+    return GhostGradients(terms, norms, losses.detach(), flat_params, weight_decay)
+
+
+def user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
+                   weight_decay: float = 0.0, method: str = "auto") -> UserGradients:
+    """Every user's gradient in the form the round consumes.
+
+    ``method``: ``"ghost"`` (:func:`ghost_gradients`), ``"vmap"`` (:func:`per_user_gradients`)
+    or ``"auto"`` (default): ghost where :func:`supports_ghost`, vmap otherwise.
+    Shapes as in :func:`per_user_gradients`.
+    """
+    if method not in GRADIENT_METHODS:
+        raise OtaflInputError(f"gradient method {method!r} is not one of: {', '.join(GRADIENT_METHODS)}")
+    if method == "ghost" or (method == "auto" and supports_ghost(model)):
+        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay)
+    grads, losses = per_user_gradients(model, x, y, weight, weight_decay=weight_decay)
+    return StackedGradients(grads, losses)

@@ -23,13 +23,13 @@ from otafl.config import Spec
 from otafl.data import load_dataset, sample_minibatches, split_users
 from otafl.errors import OtaflInputError
 from otafl.estimate import estimate_known, estimate_unknown
-from otafl.fl.grads import per_user_gradients
+from otafl.fl.grads import StackedGradients, user_gradients
 from otafl.fl.round import AGGREGATORS, ChannelSetup, channel_only
 from otafl.models import make_model, num_parameters
 from otafl.privacy.accountants import account_run
 from otafl.privacy.facts import RoundFacts
 from otafl.sampling import draw_participants, make_sampling
-from otafl.transmit import assign_groups, clip_gradients, max_power, resolve_noise_var
+from otafl.transmit import assign_groups, max_power, resolve_noise_var
 
 STREAMS = ("data", "model", "fading", "coins", "noise")
 
@@ -144,18 +144,16 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
         n_active = int(active.sum()) if train else 0
         if n_active:
-            grads, losses = per_user_gradients(model, x_train[idx], y_train[idx], weight,
-                                               weight_decay=tr.weight_decay)
-            clipped, norms = clip_gradients(grads, tx.clip)
-            clipped_norms = torch.clamp(norms, max=tx.clip)
-            train_loss = float(losses.mean())
-            clipped_fraction = float((norms > tx.clip).float().mean())
+            # ghost norms + one backward for nn.Sequential MLPs, torch.func vmap otherwise
+            grads = user_gradients(model, x_train[idx], y_train[idx], weight,
+                                   weight_decay=tr.weight_decay)
+            train_loss = float(grads.losses.mean())
+            clipped_fraction = float((grads.norms > tx.clip).float().mean())
         else:
-            clipped = x_train.new_zeros(0, dim)
-            clipped_norms = x_train.new_zeros(0)
+            grads = StackedGradients(x_train.new_zeros(0, dim))
             train_loss, clipped_fraction = math.nan, math.nan
         if train:
-            agg = aggregate(clipped, clipped_norms, h, active, setup, gens["noise"])
+            agg = aggregate(grads, h, active, setup, gens["noise"])
         else:
             agg = channel_only(h, active, setup, tr.aggregation)
         p_eff = p * agg.eligible.to(p.dtype)

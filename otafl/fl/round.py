@@ -1,6 +1,7 @@
 """One FedSGD round over the air: gradients -> clip -> transmit -> MAC -> estimate.
 
-Two interchangeable aggregation strategies (Flower-style pure functions):
+Two interchangeable aggregation strategies (Flower-style pure functions) with one signature,
+``strategy(grads, h, active, setup, generator, *, superposition) -> Aggregate``:
 
 * ``ota``   -- the paper's scheme. Every transmitting user k sends
   x_k = alpha_k (g_k + n_k) with alpha_k = c_t / h_k, the MAC returns
@@ -8,8 +9,14 @@ Two interchangeable aggregation strategies (Flower-style pure functions):
   sum_k g_k + sum_k n_k + m_t / c_t (system-model.md, Transmitter).
 * ``ideal`` -- noiseless, orthogonal reception: the server gets sum_k g_k exactly.
 
-Both hand the server an *aligned sum* in gradient units; the estimator then divides by
-|K_t| (``known``) or mu_t (``unknown``).
+(g_k here is user k's gradient clipped to norm L.) Both hand the server an *aligned sum* in
+gradient units; the estimator then divides by |K_t| (``known``) or mu_t (``unknown``).
+
+A strategy receives the active users' gradients as :class:`otafl.fl.grads.UserGradients`
+-- their norms before clipping and a weighted sum -- and clips them itself
+(:func:`otafl.transmit.clip_factors`): the round needs each user's norm (clipping, power
+budget) and the *sum* of the clipped gradients, so the fast gradient path
+(:func:`otafl.fl.grads.ghost_gradients`) never forms the [n, d] per-user tensor.
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ import torch
 from torch import Tensor
 
 from otafl.channel.mac import superpose
+from otafl.errors import OtaflInputError
+from otafl.fl.grads import UserGradients
 from otafl.transmit import (
     alignment_gain,
+    clip_factors,
     effective_noise_var,
     power_scale,
     transmit_power,
@@ -59,40 +69,87 @@ class Aggregate:
     max_power_ratio: float  # max over transmitters of alpha^2(||g||^2 + d sigma^2) / P_k
 
 
-def ota_aggregate(clipped: Tensor, clipped_norms: Tensor, h: Tensor, active: Tensor,
-                  setup: ChannelSetup, generator: torch.Generator) -> Aggregate:
+#: How :func:`ota_aggregate` forms the MAC output (see its docstring).
+SUPERPOSITIONS = ("aggregate", "per-user")
+
+
+def _check_superposition(superposition: str) -> None:
+    if superposition not in SUPERPOSITIONS:
+        raise OtaflInputError(f"superposition = {superposition!r} is not one of: {', '.join(SUPERPOSITIONS)}")
+
+
+def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: ChannelSetup,
+                  generator: torch.Generator, *, superposition: str = "aggregate") -> Aggregate:
     """Over-the-air aggregation of the active users' clipped gradients.
 
-    clipped : [n, d], the clipped gradients of the n = |active| coin winners (in user order)
-    clipped_norms : [n], their l2 norms (<= L)
-    h : [K] float64, this round's channel gains
-    active : [K] bool, the coin winners
+    Each transmitting user k (active and eligible) sends x_k = alpha_k (c_k g_k + n_k) with
+    c_k = min(1, L / ||g_k||), alpha_k = c_t / h_k and n_k ~ N(0, sigma_k^2 I_d); the server
+    divides the MAC output by c_t:
+
+        y_t / c_t = sum_k c_k g_k + sum_k n_k + m_t / c_t,     m_t ~ N(0, N0 I_d).
+
+    ``superposition`` chooses how that is simulated:
+
+    ``"aggregate"`` (default)
+        The independent Gaussian terms sum to one Gaussian, sum_k n_k + m_t / c_t ~
+        N(0, sigma_z^2 I_d) with sigma_z^2 = sum_k sigma_k^2 + N0 / c_t^2 (the effective
+        noise variance), so the aligned sum is sum_k c_k g_k + sigma_z z with a single draw
+        z = ``torch.randn(d)`` (none when sigma_z^2 = 0). Equal in distribution to the
+        per-user path given the gradients; costs one d-vector instead of a [|K_t|, d] draw,
+        and the clipped sum comes from ``grads.weighted_sum`` without materialising g_k.
+    ``"per-user"``
+        Materialise every x_k (:func:`otafl.transmit.transmit_signals`, one [|K_t|, d]
+        draw) and superpose them over the fading MAC (:func:`otafl.channel.mac.superpose`,
+        one more d-vector when N0 > 0): the channel simulated literally, so that the
+        alignment alpha_k h_k = c_t is exercised.
+
+    Parameters
+    ----------
+    grads : UserGradients
+        The n = |active| coin winners' gradients, in user order (norms before clipping).
+    h : [K] float64, this round's channel gains.
+    active : [K] bool, the coin winners.
+    setup : ChannelSetup.  generator : the noise stream (device of the gradients).
     """
+    _check_superposition(superposition)
     c_t, eligible = alignment_gain(h, setup.power, setup.clip, setup.noise_var, setup.dim,
                                    policy=setup.alignment, threshold=setup.threshold)
     transmitting = active & eligible
     keep = eligible[active]  # which of the n computed gradients are actually sent
-    d = clipped.shape[-1]
+    d = grads.dim
     if not bool(transmitting.any()) or float(c_t) <= 0.0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
-        return Aggregate(clipped.new_zeros(d), transmitting, eligible, float(c_t), math.inf, 0.0)
+        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, float(c_t), math.inf, 0.0)
     alpha = power_scale(h[transmitting], c_t)
     sigma2 = setup.noise_var[transmitting]
-    signals = transmit_signals(clipped[keep], alpha.to(clipped.dtype), sigma2, generator)
-    gains = h[transmitting].to(clipped.dtype)
-    y = superpose(signals, gains, torch.ones_like(gains, dtype=torch.bool), setup.n0, generator)
+    factor = clip_factors(grads.norms, setup.clip)
+    clipped_norms = grads.norms * factor  # min(||g_k||, L)
+    eff = float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
+    if superposition == "aggregate":
+        aligned = grads.weighted_sum(factor * keep.to(factor.dtype))
+        if eff > 0.0:
+            z = torch.randn(d, generator=generator, dtype=aligned.dtype, device=generator.device)
+            aligned = aligned + math.sqrt(eff) * z.to(aligned.device)
+    else:
+        clipped = grads.materialise()[keep] * factor[keep, None]
+        signals = transmit_signals(clipped, alpha.to(clipped.dtype), sigma2, generator)
+        gains = h[transmitting].to(clipped.dtype)
+        y = superpose(signals, gains, torch.ones_like(gains, dtype=torch.bool), setup.n0, generator)
+        aligned = y / float(c_t)
     power = transmit_power(clipped_norms[keep].to(torch.float64), alpha, sigma2, setup.dim)
     ratio = float((power / setup.power[transmitting]).max())
-    eff = float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
-    return Aggregate(y / float(c_t), transmitting, eligible, float(c_t), eff, ratio)
+    return Aggregate(aligned, transmitting, eligible, float(c_t), eff, ratio)
 
 
-def ideal_aggregate(clipped: Tensor, clipped_norms: Tensor, h: Tensor, active: Tensor,
-                    setup: ChannelSetup, generator: torch.Generator) -> Aggregate:
-    """Noiseless aggregation: every sampled user's clipped gradient arrives exactly."""
+def ideal_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: ChannelSetup,
+                    generator: torch.Generator, *, superposition: str = "aggregate") -> Aggregate:
+    """Noiseless aggregation: every sampled user's clipped gradient arrives exactly,
+    sum_k min(1, L / ||g_k||) g_k (``superposition`` is accepted and has no effect)."""
+    _check_superposition(superposition)
     everyone = torch.ones_like(active)
-    return Aggregate(clipped.sum(dim=0), active.clone(), everyone, math.nan, 0.0, 0.0)
+    factor = clip_factors(grads.norms, setup.clip)
+    return Aggregate(grads.weighted_sum(factor), active.clone(), everyone, math.nan, 0.0, 0.0)
 
 
 AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate}
