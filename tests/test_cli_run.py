@@ -1,0 +1,84 @@
+"""`otafl run` through click's CliRunner."""
+
+import csv
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from otafl.cli.main import cli
+
+FAST = ["--set", "data.name=synthetic", "--set", "data.users=12", "--set", "train.rounds=6",
+        "--set", "train.eval_every=3", "--set", "channel.snr_db=10", "--quiet"]
+
+
+def test_run_writes_summary_and_one_csv_row_per_round(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(out), "--seed", "7"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("final_test_accuracy", "rounds", "users", "mean_participants", "scheme", "seed",
+                "wall_seconds", "paper_epsilon_central", "tight_epsilon_local_max",
+                "paper_epsilon_central_total", "paper_delta_central_total"):
+        assert key in summary, key
+    assert summary["rounds"] == 6 and summary["users"] == 12 and summary["seed"] == 7
+    rows = list(csv.DictReader((out / "rounds.csv").open()))
+    assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert "paper_epsilon_central" in rows[0]
+    assert "final test accuracy" in res.output
+
+
+def test_run_same_seed_same_files(tmp_path):
+    for name in ("a", "b"):
+        res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(tmp_path / name), "--seed", "1"])
+        assert res.exit_code == 0, res.output
+    assert (tmp_path / "a" / "rounds.csv").read_text() == (tmp_path / "b" / "rounds.csv").read_text()
+    sa = json.loads((tmp_path / "a" / "summary.json").read_text())
+    sb = json.loads((tmp_path / "b" / "summary.json").read_text())
+    sa.pop("wall_seconds"), sb.pop("wall_seconds")
+    assert sa == sb
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("sampling.p=0", "sampling.p = 0"),
+    ("sampling.p=1.5", "(0, 1]"),
+    ("transmit.sigma2=-0.1", "transmit.sigma2 = -0.1"),
+    ("channel.n0=-1", "channel.n0 = -1"),
+    ("data.users=0", "data.users = 0"),
+    ("sampling.scheme='sometimes'", "sampling.scheme = 'sometimes'"),
+    ("estimator.kind='psychic'", "estimator.kind"),
+    ("train.aggregation='carrier-pigeon'", "train.aggregation"),
+    ("data.nonsense=3", "unknown key data.nonsense"),
+])
+def test_bad_values_exit_2_with_one_line_and_write_nothing(tmp_path, override, needle):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["run", *FAST, "--set", override, "--out", str(out)])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    assert needle in lines[0] and "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_malformed_toml_exits_2(tmp_path):
+    spec = tmp_path / "bad.toml"
+    spec.write_text("[sampling\np = 0.5\n")
+    res = CliRunner().invoke(cli, ["run", str(spec), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert res.output.strip().count("\n") == 0 and "malformed TOML" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_data_directory_exits_2(tmp_path):
+    res = CliRunner().invoke(cli, ["run", *FAST, "--set", "data.name=mnist", "--set",
+                                   f"data.dir='{tmp_path / 'nowhere'}'", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "nowhere" in res.output and res.output.strip().count("\n") == 0
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_spec_file_and_unknown_preset_exit_2(tmp_path):
+    res = CliRunner().invoke(cli, ["run", str(tmp_path / "none.toml")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = CliRunner().invoke(cli, ["run", *FAST, "--set", "channel.preset='mars-orbit'"])
+    assert res.exit_code == 2 and "mars-orbit" in res.output
