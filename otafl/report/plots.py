@@ -122,8 +122,8 @@ def _accuracy(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> N
 
 def _privacy(fig: Figure, store: ResultStore, groups: list[RunGroup], accountants: list[str], **_) -> None:
     axes = fig.subplots(1, 2, sharex=True)
-    panels = (("epsilon_central", "central ε per round (worst round)", "Central DP"),
-              ("epsilon_local_max", "local ε per round (worst user, round)", "Local DP"))
+    panels = (("epsilon_central", "central ε, worst round", "Central DP"),
+              ("epsilon_local_max", "local ε, worst user and round", "Local DP"))
     uniform = [g for g in groups if g.scheme == "uniform"]
     if len(uniform) < 2:
         raise OtaflInputError("--kind privacy needs uniform sampling runs at two or more values of sampling.p; "
