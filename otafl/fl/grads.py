@@ -206,19 +206,28 @@ class _LinearTerm:
         gw = torch.bmm(self.deltas.transpose(1, 2), self.inputs)
         return gw, (self.deltas.sum(dim=1) if self.has_bias else None)
 
-    def weighted_sum(self, coef: Tensor) -> list[Tensor]:
-        """[sum_k coef_k vec(G_k), sum_k coef_k g_beta_k] as flat pieces."""
-        if self.weight_grads is not None:
-            pieces = [coef @ self.weight_grads.flatten(1)]
-            if self.has_bias:
-                pieces.append(coef @ self.bias_grads)
-            return pieces
+    @property
+    def size(self) -> int:
+        """Number of parameters of the layer, F_out F_in (+ F_out with a bias)."""
+        f_out, f_in = self.deltas.shape[-1], self.inputs.shape[-1]
+        return f_out * f_in + (f_out if self.has_bias else 0)
+
+    def weighted_sum_into(self, coef: Tensor, out: Tensor) -> None:
+        """Write [vec(sum_k coef_k G_k), sum_k coef_k g_beta_k] into ``out`` [size]."""
         n, b, f_out = self.deltas.shape
-        scaled = (self.deltas * coef[:, None, None]).reshape(n * b, f_out)
-        pieces = [(scaled.T @ self.inputs.reshape(n * b, -1)).reshape(-1)]
+        f_in = self.inputs.shape[-1]
+        out_weight = out[: f_out * f_in].view(f_out, f_in)
+        out_bias = out[f_out * f_in :]
+        if self.weight_grads is not None:
+            torch.mv(self.weight_grads.flatten(1).T, coef, out=out_weight.view(-1))
+            if self.has_bias:
+                torch.mv(self.bias_grads.T, coef, out=out_bias)
+            return
+        # book-keeping: the weight gradient of a backward pass with sample weights coef_k
+        scaled = (self.deltas * coef[:, None, None]).view(n * b, f_out)
+        torch.mm(scaled.T, self.inputs.reshape(n * b, f_in), out=out_weight)
         if self.has_bias:
-            pieces.append(scaled.sum(dim=0))
-        return pieces
+            torch.sum(scaled, dim=0, out=out_bias)
 
 
 class GhostGradients(UserGradients):
@@ -228,20 +237,24 @@ class GhostGradients(UserGradients):
     per layer, ``materialise`` builds the [n, d] tensor only when asked.
     """
 
-    def __init__(self, terms: list[_LinearTerm], norms: Tensor, losses: Tensor, flat_params: Tensor,
-                 weight_decay: float):
+    def __init__(self, terms: list[_LinearTerm], norms: Tensor, losses: Tensor, dim: int,
+                 weight_decay: float = 0.0, flat_params: Tensor | None = None):
         self.terms = terms
         self.norms = norms
         self.losses = losses
-        self.flat_params = flat_params
+        self.dim = int(dim)
         self.weight_decay = float(weight_decay)
-        self.dim = int(flat_params.numel())
+        self.flat_params = flat_params  # [d], w; needed only with weight decay
 
     def weighted_sum(self, coef: Tensor) -> Tensor:
-        coef = coef.to(self.flat_params.dtype)
-        total = torch.cat([piece for term in self.terms for piece in term.weighted_sum(coef)])
+        coef = coef.to(self.norms.dtype)
+        total = self.norms.new_empty(self.dim)
+        offset = 0
+        for term in self.terms:
+            term.weighted_sum_into(coef, total[offset : offset + term.size])
+            offset += term.size
         if self.weight_decay:
-            total = total + (self.weight_decay * coef.sum()) * self.flat_params
+            total.add_(self.flat_params, alpha=self.weight_decay * float(coef.sum()))
         return total
 
     def materialise(self) -> Tensor:
@@ -333,29 +346,30 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
         has_bias = module.bias is not None
         use_gram = ghost_is_cheaper(b, f_in, f_out) if ghost is None else ghost
         if use_gram:
-            gram_a = torch.bmm(a, a.transpose(1, 2))
+            gram_a = torch.bmm(a, a.transpose(1, 2))  # [n, b, b]
             if has_bias:
-                gram_a = gram_a + 1.0
+                gram_a += 1.0
             gram_delta = torch.bmm(delta, delta.transpose(1, 2))
-            sq_norms = sq_norms + (gram_a * gram_delta).sum(dim=(1, 2))
+            sq_norms = sq_norms + torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1))
             term = _LinearTerm(a, delta, has_bias)
         else:
-            gw = torch.bmm(delta.transpose(1, 2), a)
+            gw = torch.bmm(delta.transpose(1, 2), a)  # [n, F_out, F_in]
             gb = delta.sum(dim=1) if has_bias else None
-            sq_norms = sq_norms + gw.square().sum(dim=(1, 2))
+            sq_norms = sq_norms + torch.linalg.vector_norm(gw.flatten(1), dim=1).square()
             if has_bias:
-                sq_norms = sq_norms + gb.square().sum(dim=1)
+                sq_norms = sq_norms + torch.linalg.vector_norm(gb, dim=1).square()
             term = _LinearTerm(a, delta, has_bias, gw, gb)
         terms.append(term)
         if weight_decay:
             cross = cross + (delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2))
 
-    flat_params = flatten(param_dict(model))
+    flat_params = flatten(param_dict(model)) if weight_decay else None
     if weight_decay:
         w_sq = flat_params.square().sum()
         sq_norms = sq_norms + 2.0 * weight_decay * cross + weight_decay * weight_decay * w_sq
     norms = torch.sqrt(torch.clamp(sq_norms, min=0.0))
-    return GhostGradients(terms, norms, losses.detach(), flat_params, weight_decay)
+    dim = sum(p.numel() for p in model.parameters())
+    return GhostGradients(terms, norms, losses.detach(), dim, weight_decay, flat_params)
 
 
 def user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,

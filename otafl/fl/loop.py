@@ -142,6 +142,9 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
         idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
+        carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
+        if not bool(carries.all()):  # they add nothing (e.g. b = 32 > D_k = 20 on embedded MNIST)
+            idx, weight = idx[:, carries], weight[:, carries]
         n_active = int(active.sum()) if train else 0
         if n_active:
             # ghost norms + one backward for nn.Sequential MLPs, torch.func vmap otherwise

@@ -130,7 +130,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
         aligned = grads.weighted_sum(factor * keep.to(factor.dtype))
         if eff > 0.0:
             z = torch.randn(d, generator=generator, dtype=aligned.dtype, device=generator.device)
-            aligned = aligned + math.sqrt(eff) * z.to(aligned.device)
+            aligned.add_(z.to(aligned.device), alpha=math.sqrt(eff))
     else:
         clipped = grads.materialise()[keep] * factor[keep, None]
         signals = transmit_signals(clipped, alpha.to(clipped.dtype), sigma2, generator)
