@@ -1,0 +1,272 @@
+"""Time one FedSGD round against its compute floor and against other per-user gradient methods.
+
+Paper preset (experiments/paper-mnist.toml): K = 200 users, embedded MNIST, uniform p = 1 so
+every user computes, minibatch 32 per user, the paper's three-group channel, sigma^2 = 0.1,
+L = 1, Adam; single-layer and two-layer (hidden 100) models. Per model, the median time
+per round of
+
+    (a) round   -- the project's round: user_gradients (ghost norms + book-kept clipped sum),
+                   clip, transmit, MAC, estimate, Adam update;
+    (b) loop    -- a per-user autograd loop (K backward passes, :func:`per_user_loop_gradients`,
+                   the reference), then the same round;
+    (c) opacus  -- Opacus ``GradSampleModule`` per-sample gradients summed per user, then
+                   the same round;
+    (d) vmap    -- ``torch.func`` vmap per-user gradients, then the same round;
+    (e) floor   -- one forward + backward over all K b = 6,400 samples, no per-user
+                   separation and nothing else.
+
+Every method starts from the same gathered minibatch x [K, b, F] (a fresh one per repeat; the
+gather is not timed), the repeats are interleaved (each repeat times every method once) and
+the medians are reported. ``peak_rss_mib`` is the peak resident memory of a separate
+process running a short two-layer paper-preset training (``otafl run``).
+
+    python benchmarks/bench_round.py                # table
+    python benchmarks/bench_round.py --json         # JSON (keys documented in README)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from otafl.channel.fading import make_fading
+from otafl.config import load_spec
+from otafl.data import load_dataset, sample_minibatches, split_users
+from otafl.estimate import estimate_known
+from otafl.fl.grads import StackedGradients, UserGradients, per_user_gradients, user_gradients
+from otafl.fl.loop import make_generators, resolve_device
+from otafl.fl.round import AGGREGATORS, ChannelSetup
+from otafl.models import make_model, num_parameters
+from otafl.transmit import assign_groups, max_power, resolve_noise_var
+
+REPO = Path(__file__).resolve().parent.parent
+PAPER_SPEC = REPO / "experiments" / "paper-mnist.toml"
+PRESET = ["sampling.p=1.0", "data.batch_size=32"]
+MODELS = {"single": ["model.name='single-layer'"], "two": ["model.name='two-layer'", "model.hidden=100"]}
+METHODS = ("round", "loop", "opacus", "vmap", "floor")
+
+
+# ---------------------------------------------------------------- per-user gradient methods
+
+
+def per_user_loop_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
+                            weight_decay: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Reference: one autograd backward pass per user (the textbook way).
+
+    g_k = grad_w [ sum_j weight[k, j] CE(f_w(x[k, j]), y[k, j]) + (Omega / 2) ||w||^2 ].
+
+    x [K, b, F], y [K, b] int64, weight [K, b]  ->  grads [K, d], losses [K] (no regulariser).
+    The model's ``.grad`` fields are overwritten.
+    """
+    params = [p for p in model.parameters()]
+    grads, losses = [], []
+    for k in range(x.shape[0]):
+        ce = (F.cross_entropy(model(x[k]), y[k], reduction="none") * weight[k]).sum()
+        total = ce + 0.5 * weight_decay * sum((p * p).sum() for p in params) if weight_decay else ce
+        g = torch.autograd.grad(total, params)
+        grads.append(torch.cat([t.reshape(-1) for t in g]))
+        losses.append(ce.detach())
+    return torch.stack(grads), torch.stack(losses)
+
+
+def opacus_user_gradients(gsm, x: Tensor, y: Tensor, weight: Tensor, *, weight_decay: float = 0.0,
+                          users_per_chunk: int = 25) -> tuple[Tensor, Tensor]:
+    """Opacus per-sample gradients (``GradSampleModule``), summed per user.
+
+    Users are processed ``users_per_chunk`` at a time so the [chunk * b, d] per-sample tensor
+    stays small (chunking only helps Opacus). Shapes as in :func:`per_user_loop_gradients`.
+    """
+    params = [p for p in gsm.parameters()]
+    K, b = y.shape
+    grads, losses = [], []
+    for start in range(0, K, users_per_chunk):
+        xs, ys, ws = x[start : start + users_per_chunk], y[start : start + users_per_chunk], \
+            weight[start : start + users_per_chunk]
+        n = ys.shape[0]
+        gsm.zero_grad(set_to_none=True)
+        ce = F.cross_entropy(gsm(xs.reshape(n * b, -1)), ys.reshape(-1), reduction="none") * ws.reshape(-1)
+        ce.sum().backward()
+        per_user = torch.cat([p.grad_sample.reshape(n, b, -1).sum(dim=1) for p in params], dim=1)
+        grads.append(per_user)
+        losses.append(ce.detach().view(n, b).sum(dim=1))
+        for p in params:
+            p.grad_sample = None
+    grads = torch.cat(grads)
+    if weight_decay:
+        grads = grads + weight_decay * torch.cat([p.detach().reshape(-1) for p in params])
+    return grads, torch.cat(losses)
+
+
+# ---------------------------------------------------------------- the round around them
+
+
+class RoundBench:
+    """One model of the paper preset: data, channel, and a model + Adam per method."""
+
+    def __init__(self, model_key: str, device: torch.device, seed: int = 0):
+        spec = load_spec(PAPER_SPEC, PRESET + MODELS[model_key] + [f"train.seed={seed}"])
+        self.spec = spec
+        ds, ch, tx, tr = spec.data, spec.channel, spec.transmit, spec.train
+        self.device = device
+        self.gens = make_generators(seed, device)
+        data = load_dataset(ds.name, data_dir=ds.dir, seed=seed, test_fraction=ds.test_fraction)
+        self.x_train, self.y_train = data.x_train.to(device), data.y_train.to(device)
+        self.split = split_users(data.y_train, ds.users, scheme=ds.split, alpha=ds.alpha,
+                                 shards_per_user=ds.shards_per_user, generator=self.gens["data"])
+        base = make_model(spec.model.name, data.num_features, data.num_classes,
+                          hidden=spec.model.hidden, generator=self.gens["model"]).to(device)
+        dim = num_parameters(base)
+        snr = ch.snr_db if isinstance(ch.snr_db, list) else [ch.snr_db]
+        groups = assign_groups(ds.users, ch.group_sizes, len(snr))
+        snr_user = torch.as_tensor(snr, dtype=torch.float64)[groups]
+        self.setup = ChannelSetup(power=max_power(snr_user, dim, ch.n0).to(device),
+                                  noise_var=resolve_noise_var(tx.sigma2, groups, ds.users).to(device),
+                                  n0=ch.n0, clip=tx.clip, dim=dim, alignment=tx.alignment,
+                                  threshold=tx.threshold)
+        gain = torch.ones(ds.users, dtype=torch.float64)
+        self.fading = make_fading(ch.fading, rician_k=ch.rician_k, rho=ch.rho)
+        self.gain = gain
+        self.active = torch.ones(ds.users, dtype=torch.bool, device=device)  # p = 1
+        self.aggregate = AGGREGATORS[tr.aggregation]
+        self.weight_decay = tr.weight_decay
+        self.models, self.opts = {}, {}
+        for m in METHODS:
+            model = copy.deepcopy(base)
+            self.models[m] = model
+            self.opts[m] = torch.optim.Adam(model.parameters(), lr=tr.lr)
+        from opacus import GradSampleModule
+
+        self.gsm = GradSampleModule(self.models["opacus"])
+        self.h = None
+
+    def new_round(self) -> tuple[Tensor, Tensor, Tensor]:
+        """A fresh minibatch (gathered, as the loop gathers it) and channel draw."""
+        self.h = self.fading.sample(1, self.gain, self.gens["fading"])[0].to(self.device)
+        idx, weight = sample_minibatches(self.split, self.spec.data.batch_size, self.gens["data"])
+        idx, weight = idx.to(self.device), weight.to(self.device)
+        return self.x_train[idx], self.y_train[idx], weight
+
+    def finish(self, method: str, grads: UserGradients) -> None:
+        """Clip, transmit, MAC, estimate (known |K_t|), Adam step: as in the training loop."""
+        agg = self.aggregate(grads, self.h, self.active, self.setup, self.gens["noise"])
+        g_hat = estimate_known(agg.aligned_sum, int(agg.transmitting.sum()))
+        offset = 0
+        for prm in self.models[method].parameters():
+            n = prm.numel()
+            prm.grad = g_hat[offset : offset + n].view_as(prm).to(prm.dtype).clone()
+            offset += n
+        self.opts[method].step()
+
+    def step(self, method: str, x: Tensor, y: Tensor, weight: Tensor) -> None:
+        model, wd = self.models[method], self.weight_decay
+        if method == "round":
+            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd))
+        elif method == "loop":
+            self.finish(method, StackedGradients(*per_user_loop_gradients(model, x, y, weight, weight_decay=wd)))
+        elif method == "opacus":
+            self.finish(method, StackedGradients(*opacus_user_gradients(self.gsm, x, y, weight, weight_decay=wd)))
+        elif method == "vmap":
+            self.finish(method, StackedGradients(*per_user_gradients(model, x, y, weight, weight_decay=wd)))
+        elif method == "floor":
+            model.zero_grad(set_to_none=True)
+            n, b = y.shape
+            loss = (F.cross_entropy(model(x.reshape(n * b, -1)), y.reshape(-1), reduction="none")
+                    * weight.reshape(-1)).sum()
+            loss.backward()
+        else:
+            raise ValueError(method)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_methods(model_key: str, device: torch.device, repeats: int, methods=METHODS) -> dict[str, float]:
+    """Median seconds per round of each method, repeats interleaved (one warm-up round each)."""
+    bench = RoundBench(model_key, device)
+    times = {m: [] for m in methods}
+    x, y, w = bench.new_round()
+    for m in methods:  # warm-up: lazy imports (Adam imports torch._dynamo), allocator, MKL
+        bench.step(m, x, y, w)
+    for r in range(repeats):
+        x, y, w = bench.new_round()
+        order = methods if r % 2 == 0 else tuple(reversed(methods))
+        for m in order:
+            _sync(device)
+            t0 = time.perf_counter()
+            bench.step(m, x, y, w)
+            _sync(device)
+            times[m].append(time.perf_counter() - t0)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def peak_rss_mib(rounds: int = 20, device: str = "cpu") -> float:
+    """Peak RSS (MiB) of ``otafl run`` on the two-layer paper preset in a child process."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-c", "from otafl.cli.main import cli; cli()", "run", str(PAPER_SPEC),
+               "--quiet", "--out", out, "--device", device,
+               *sum((["--set", s] for s in PRESET + MODELS["two"] + [f"train.rounds={rounds}",
+                                                                   f"train.eval_every={rounds}"]), [])]
+        subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})
+    kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: KiB
+    return kib / 1024.0
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per method [7]")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads [2]")
+    parser.add_argument("--rss-rounds", type=int, default=20,
+                        help="rounds of the peak-RSS training run (0: skip) [20]")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+
+    out: dict = {"device": str(device), "threads": args.threads, "repeats": args.repeats,
+                 "torch": torch.__version__}
+    for key in MODELS:
+        med = time_methods(key, device, args.repeats)
+        for m, v in med.items():
+            out[f"median_s_{m}_{key}"] = v
+        out[f"overhead_vs_floor_{key}"] = med["round"] / med["floor"]
+        out[f"speedup_vs_loop_{key}"] = med["loop"] / med["round"]
+        out[f"speedup_vs_opacus_{key}"] = med["opacus"] / med["round"]
+        out[f"speedup_vs_vmap_{key}"] = med["vmap"] / med["round"]
+    if args.rss_rounds > 0:
+        out["peak_rss_mib"] = peak_rss_mib(args.rss_rounds, str(device))
+
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        print(f"device {device}, {args.threads} threads, {args.repeats} repeats, torch {torch.__version__}")
+        print(f"{'model':8s}" + "".join(f"{m:>12s}" for m in METHODS) + "   (median ms per round)")
+        for key in MODELS:
+            print(f"{key:8s}" + "".join(f"{1e3 * out[f'median_s_{m}_{key}']:12.1f}" for m in METHODS))
+        for key in MODELS:
+            print(f"{key}: round / floor {out[f'overhead_vs_floor_{key}']:.2f}; speed-up vs loop "
+                  f"{out[f'speedup_vs_loop_{key}']:.1f}x, opacus {out[f'speedup_vs_opacus_{key}']:.1f}x, "
+                  f"vmap {out[f'speedup_vs_vmap_{key}']:.1f}x")
+        if "peak_rss_mib" in out:
+            print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: {out['peak_rss_mib']:.0f} MiB")
+    return out
+
+
+if __name__ == "__main__":
+    main()
