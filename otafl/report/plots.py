@@ -236,7 +236,7 @@ def _channel(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> No
     ax_h.set_ylabel("channel gain h (amplitude)")
     ax_h.set_title(f"Fading and participation (seed {first.params['train']['seed']}"
                    + (f", first {window} of {T} rounds)" if window < T else ")"))
-    ax_h.legend(loc="upper right", ncol=2, fontsize=11)
+    ax_h.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=11)
     for g, color in zip(groups, _colors(groups)):
         run = min(g.runs, key=lambda r: (r.params["train"]["seed"], r.id))
         rr = store.rounds(run.id)[:window]
@@ -248,11 +248,12 @@ def _channel(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> No
     ax_k.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_k.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_k.set_ylabel("participants |K_t| (users)")
-    ax_k.legend(loc="upper right", fontsize=10, ncol=2, title="solid |K_t|, dashed μ_t", title_fontsize=10)
+    ax_k.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=11, title="solid: |K_t|\ndashed: μ_t",
+                title_fontsize=11)
 
 
 _KIND_FUNCS = {"accuracy": _accuracy, "privacy": _privacy, "tradeoff": _tradeoff, "channel": _channel}
-_SIZES = {"accuracy": (10, 6.5), "privacy": (15, 6.5), "tradeoff": (10, 6.5), "channel": (11, 9)}
+_SIZES = {"accuracy": (10, 6.5), "privacy": (15, 6.5), "tradeoff": (10, 6.5), "channel": (14, 9)}
 
 
 def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | None = None,
@@ -294,6 +295,9 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(buf.getvalue())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a figure is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
