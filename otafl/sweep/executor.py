@@ -145,10 +145,11 @@ def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int =
                 except Exception as e:  # noqa: BLE001 - recorded as a failed run
                     outcome = e
                 finish(pt, run_id, outcome)
-        else:
+        elif todo:
             ctx = multiprocessing.get_context("spawn")
             queue = list(reversed(todo))
             in_flight: dict[Future, tuple[GridPoint, int]] = {}
+            workers = min(workers, len(todo))
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
                 try:
                     while queue or in_flight:
