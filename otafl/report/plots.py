@@ -114,7 +114,7 @@ def _accuracy(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> N
         raise OtaflInputError("no test accuracy in this results file (the sweep ran with train = false); "
                               "use --kind privacy or --kind channel")
     ax.set_xlabel("round t")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"Test accuracy vs round (mean ± std over {_n_seeds(groups)})")
     ax.legend(loc="lower right")
@@ -245,8 +245,8 @@ def _channel(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> No
         ax_k.plot(xs[:len(rr)], [r["expected_participants"] for r in rr], color=color, linewidth=1.0,
                   linestyle="--")
     ax_k.set_xlabel("round t")
-    ax_k.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax_k.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_k.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+    ax_k.yaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
     ax_k.set_ylabel("participants |K_t| (users)")
     ax_k.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=11, title="solid: |K_t|\ndashed: μ_t",
                 title_fontsize=11)
