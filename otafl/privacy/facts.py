@@ -1,0 +1,96 @@
+"""What one round reveals to the accountants: privacy as data (dp_accounting's DpEvent style).
+
+The FL loop builds one :class:`RoundFacts` per round; the accountants in
+:mod:`otafl.privacy.accountants` interpret a list of them. Nothing here knows about
+training: the facts are the sampling law, the noise levels and the channel's gain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from otafl.errors import OtaflInputError, check_range
+
+__all__ = ["RoundFacts", "stack_facts"]
+
+
+@dataclass(frozen=True, eq=False)
+class RoundFacts:
+    """What one round reveals to the accountants (privacy as data, dp_accounting style).
+
+    Attributes
+    ----------
+    participation_prob : [K], float64 -- p_{k,t} (after any truncation policy).
+    noise_var : [K], float64          -- sigma_{k,t}^2, artificial noise variance per
+                                         coordinate, in gradient units.
+    alignment_gain : float            -- c_t (>= 0).
+    n0 : float                        -- receiver noise variance N0 (0 = no channel noise).
+    sensitivity : float               -- Delta, l2-sensitivity of one user's clipped
+                                         gradient to one record (2L by default).
+    dim : int                         -- model dimension d.
+    participants : int                -- realised |K_t|; informational only, accountants
+                                         must not use it (the adversary does not see it).
+    """
+
+    participation_prob: Tensor
+    noise_var: Tensor
+    alignment_gain: float
+    n0: float
+    sensitivity: float
+    dim: int
+    participants: int
+
+
+def stack_facts(facts: list[RoundFacts]) -> dict[str, Tensor]:
+    """Stack T rounds of facts into batched tensors (round dimension first).
+
+    Returns
+    -------
+    dict with ``participation_prob`` [T, K], ``noise_var`` [T, K], ``alignment_gain`` [T],
+    ``n0`` [T], ``sensitivity`` [T] (all float64, on the device of the first round's
+    ``participation_prob``) and ``dim`` [T] (int64).
+
+    Raises
+    ------
+    OtaflInputError
+        No rounds, a number of users that changes between rounds, or a value outside
+        its range (p outside [0, 1], negative variance, gain or N0, Delta <= 0).
+    """
+    if len(facts) == 0:
+        raise OtaflInputError("facts = [] is outside the allowed range (at least one round)")
+    device = torch.as_tensor(facts[0].participation_prob).device
+    users = torch.as_tensor(facts[0].participation_prob).numel()
+    for t, f in enumerate(facts):
+        if torch.as_tensor(f.participation_prob).numel() != users:
+            raise OtaflInputError(f"facts[{t}].participation_prob has {torch.as_tensor(f.participation_prob).numel()} "
+                                  f"users, outside the allowed range (the {users} users of round 0)")
+    p = torch.stack([torch.as_tensor(f.participation_prob, dtype=torch.float64, device=device).reshape(-1)
+                     for f in facts])
+    var = torch.stack([torch.as_tensor(f.noise_var, dtype=torch.float64, device=device).reshape(-1)
+                       .expand(users) for f in facts])
+    for t, f in enumerate(facts):
+        check_range(f"facts[{t}].alignment_gain", f.alignment_gain, lo=0.0)
+        check_range(f"facts[{t}].n0", f.n0, lo=0.0)
+        check_range(f"facts[{t}].sensitivity", f.sensitivity, lo=0.0, lo_open=True)
+        check_range(f"facts[{t}].dim", f.dim, lo=1)
+    if not bool(((p >= 0) & (p <= 1)).all()):
+        bad = p[~((p >= 0) & (p <= 1))][0].item()
+        raise OtaflInputError(f"participation_prob = {bad!r} is outside the allowed range [0, 1]")
+    if not bool((var >= 0).all()):
+        bad = var[~(var >= 0)][0].item()
+        raise OtaflInputError(f"noise_var = {bad!r} is outside the allowed range [0, inf)")
+
+    def col(name):
+        return torch.tensor([float(getattr(f, name)) for f in facts], dtype=torch.float64, device=device)
+
+    return {
+        "participation_prob": p,
+        "noise_var": var,
+        "alignment_gain": col("alignment_gain"),
+        "n0": col("n0"),
+        "sensitivity": col("sensitivity"),
+        "dim": torch.tensor([int(f.dim) for f in facts], dtype=torch.int64, device=device),
+    }
