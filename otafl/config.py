@@ -6,7 +6,7 @@ so an empty file is a valid spec. Unknown sections or keys are errors (they are 
 more often than intent). ``[channel] preset = "NAME"`` reads a channel preset TOML (a
 path, or a name in the repository's ``channels/`` folder); keys written in ``[channel]``
 override the preset's. A preset's ``users`` fills ``data.users`` when the spec leaves it
-unset.
+unset. ``data.dir`` given without ``data.name`` selects the full MNIST (IDX files there).
 
 Every validation failure raises :class:`otafl.errors.OtaflInputError` with one line that
 names the key, the value and the allowed range.
@@ -202,6 +202,10 @@ def spec_from_mapping(raw: Mapping[str, Any], *, base_dir: Path | None = None,
         if section not in SECTIONS:
             raise OtaflInputError(f"--set section {section!r} unknown; allowed: {', '.join(SECTIONS)}")
         tree.setdefault(section, {})[key] = value
+
+    data = tree.get("data", {})
+    if data.get("dir") and "name" not in data:
+        data["name"] = "mnist"  # a data folder without a dataset name means the full MNIST
 
     channel = tree.setdefault("channel", {})
     if channel.get("preset"):
