@@ -16,8 +16,10 @@ from torch import nn
 from otafl.config import load_spec
 from otafl.errors import OtaflInputError
 from otafl.fl import loop
+from otafl.data import UserSplit, sample_minibatches, split_users
 from otafl.fl.grads import (
     GhostGradients,
+    InputGrams,
     StackedGradients,
     flatten,
     ghost_gradients,
@@ -121,6 +123,30 @@ def test_layer_choice_follows_the_cost_comparison():
     fast = ghost_gradients(model, x, y, weight)
     expected = [ghost_is_cheaper(BATCH, FEATURES, HIDDEN), ghost_is_cheaper(BATCH, HIDDEN, CLASSES)]
     assert [t.weight_grads is None for t in fast.terms] == expected
+
+
+def test_precomputed_input_grams_give_the_minibatch_gram_and_the_same_round():
+    gen = torch.Generator().manual_seed(7)
+    x_train = torch.rand(90, FEATURES, generator=gen, dtype=torch.float64)
+    y_train = torch.randint(0, CLASSES, (90,), generator=gen)
+    split = split_users(y_train, USERS, scheme="iid", generator=gen)  # D_k = 7 or 8 < b = 9: padding
+    grams = InputGrams.build(x_train, split)
+    idx, weight = sample_minibatches(split, 9, gen)
+    x = x_train[idx]
+    assert torch.allclose(grams.minibatch(idx), torch.bmm(x, x.transpose(1, 2)), rtol=1e-12, atol=0)
+    for name in ("single-layer", "two-layer"):
+        model = make_model(name, FEATURES, CLASSES, hidden=HIDDEN, generator=gen).double()
+        ref_grads, _ = per_user_loop_gradients(model, x, y_train[idx], weight.double(), weight_decay=0.02)
+        fast = ghost_gradients(model, x, y_train[idx], weight.double(), weight_decay=0.02,
+                               input_gram=grams.minibatch(idx))
+        assert fast.terms[0].weight_grads is None  # with the Gram known the first layer goes ghost
+        assert torch.allclose(fast.norms, torch.linalg.vector_norm(ref_grads, dim=1), rtol=1e-9, atol=0)
+        coef = torch.rand(USERS, generator=gen, dtype=torch.float64)
+        assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
+    # too large for the memory budget, or a sample held by two users: no cache
+    assert InputGrams.build(x_train, split, max_entries=10) is None
+    shared = UserSplit(index=torch.tensor([[0, 1], [1, 2]]), counts=torch.tensor([2, 2]))
+    assert InputGrams.build(x_train, shared) is None
 
 
 def test_unsupported_models_fall_back_to_vmap():

@@ -44,6 +44,10 @@ the same product an ordinary backward pass computes for the weight gradient: no 
 backward pass is needed (the "book-keeping" trick of Bu et al. 2023, "Differentially
 private optimization on large model at small cost", ICML).
 
+The first linear layer's inputs are the raw features, so its Gram matrices do not depend on
+w; :class:`InputGrams` computes every user's local-data Gram matrix once per run and each
+round gathers its minibatch's b x b block instead of recomputing it.
+
 Weight decay adds Omega w to every g_k, so ||g_k + Omega w||^2 = ||g_k||^2 +
 2 Omega <w, g_k> + Omega^2 ||w||^2, and the cross term needs no g_k either: per layer,
 <W, G> + <beta, g_beta> = sum_j delta_j . (W a_j + beta) = sum_j delta_j . z_j.
@@ -51,6 +55,7 @@ Weight decay adds Omega w to every g_k, so ||g_k + Omega w||^2 = ||g_k||^2 +
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -63,6 +68,7 @@ from otafl.errors import OtaflInputError
 __all__ = [
     "ELEMENTWISE",
     "GhostGradients",
+    "InputGrams",
     "StackedGradients",
     "UserGradients",
     "flatten",
@@ -175,7 +181,7 @@ class StackedGradients(UserGradients):
     def __init__(self, grads: Tensor, losses: Tensor | None = None):
         self.grads = grads
         self.norms = torch.linalg.vector_norm(grads, dim=-1)
-        self.losses = grads.new_zeros(grads.shape[0]) if losses is None else losses
+        self.losses = grads.new_full((grads.shape[0],), math.nan) if losses is None else losses
         self.dim = int(grads.shape[-1])
 
     def weighted_sum(self, coef: Tensor) -> Tensor:
@@ -270,28 +276,86 @@ class GhostGradients(UserGradients):
         return grads
 
 
+class InputGrams:
+    """Gram matrices of every user's local samples, computed once per run.
+
+    The first linear layer sees the raw features, so its Gram matrix a_j . a_j' does not
+    depend on w: for a minibatch of user k it is a sub-block of X_k X_k^T [D_k, D_k], the
+    Gram matrix of the user's local data. Computing those once (sum_k D_k^2 F multiply-adds)
+    replaces the n b^2 F of the first layer's ghost norms in every round by a gather.
+
+    Attributes
+    ----------
+    local : [K, max_D, max_D], X_k X_k^T (rows and columns past D_k are padding).
+    user_of, slot_of : [N] int64, the user holding each training sample and its position
+        in ``split.index[user]`` (-1 for samples nobody holds).
+    """
+
+    def __init__(self, local: Tensor, user_of: Tensor, slot_of: Tensor):
+        self.local = local
+        self.user_of = user_of
+        self.slot_of = slot_of
+
+    @classmethod
+    def build(cls, x_train: Tensor, split, *, max_entries: int = 2**25,
+              users_per_chunk: int = 16) -> InputGrams | None:
+        """From the training features [N, F] and a :class:`otafl.data.UserSplit`.
+
+        Returns None (use per-round Grams) when the K max_D^2 entries exceed ``max_entries``
+        (default 2^25, 128 MiB in float32) or when the split is not a partition (a sample
+        held by two users).
+        """
+        index = split.index.to(x_train.device)
+        counts = split.counts.to(x_train.device)
+        users, max_d = index.shape
+        if users * max_d * max_d > max_entries:
+            return None
+        valid = torch.arange(max_d, device=index.device)[None, :] < counts[:, None]
+        held = index[valid]  # row-major: user 0's samples, then user 1's, ...
+        if torch.unique(held).numel() != held.numel():
+            return None
+        user_of = torch.full((x_train.shape[0],), -1, dtype=torch.int64, device=index.device)
+        slot_of = torch.full_like(user_of, -1)
+        user_of[held] = torch.repeat_interleave(torch.arange(users, device=index.device), counts)
+        slot_of[held] = torch.arange(max_d, device=index.device).expand(users, max_d)[valid]
+        local = x_train.new_empty(users, max_d, max_d)
+        for start in range(0, users, users_per_chunk):
+            xs = x_train[index[start : start + users_per_chunk]]  # [chunk, max_D, F]
+            torch.bmm(xs, xs.transpose(1, 2), out=local[start : start + users_per_chunk])
+        return cls(local, user_of, slot_of)
+
+    def minibatch(self, idx: Tensor) -> Tensor:
+        """Gram matrices [n, b, b] of minibatches ``idx`` [n, b] (each row one user's samples)."""
+        slots = self.slot_of[idx]
+        users = self.user_of[idx[:, :1]]
+        return self.local[users[:, :, None], slots[:, :, None], slots[:, None, :]]
+
+
 def supports_ghost(model: nn.Module) -> bool:
-    """True for an ``nn.Sequential`` of ``nn.Linear`` and :data:`ELEMENTWISE` modules (not in place)
-    with at least one linear layer and every parameter in a linear layer."""
+    """True for an ``nn.Sequential`` of ``nn.Linear`` and :data:`ELEMENTWISE` modules (not in
+    place) with at least one linear layer."""
     if not isinstance(model, nn.Sequential):
         return False
     linear = 0
     for module in model:
         if isinstance(module, nn.Linear):
             linear += 1
-        elif not isinstance(module, ELEMENTWISE) or getattr(module, "inplace", False) \
-                or any(True for _ in module.parameters()):
+        elif not isinstance(module, ELEMENTWISE) or getattr(module, "inplace", False):
             return False
     return linear > 0
 
 
-def ghost_is_cheaper(batch: int, in_features: int, out_features: int) -> bool:
-    """Gram-matrix norms cost b^2 (F_in + F_out) per user, materialising G costs b F_in F_out."""
-    return batch * batch * (in_features + out_features) < batch * in_features * out_features
+def ghost_is_cheaper(batch: int, in_features: int, out_features: int, *,
+                     input_gram_known: bool = False) -> bool:
+    """Gram-matrix norms cost b^2 (F_in + F_out) per user (b^2 F_out when the input Gram is
+    known, see :class:`InputGrams`); materialising G costs b F_in F_out."""
+    gram_cost = batch * batch * (out_features + (0 if input_gram_known else in_features))
+    return gram_cost < batch * in_features * out_features
 
 
 def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
-                    weight_decay: float = 0.0, ghost: bool | None = None) -> GhostGradients:
+                    weight_decay: float = 0.0, ghost: bool | None = None,
+                    input_gram: Tensor | None = None) -> GhostGradients:
     """Per-user gradient norms, losses and a lazily summed gradient from one forward+backward.
 
     Same g_k as :func:`per_user_gradients` (see the module docstring for the equations),
@@ -309,6 +373,9 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
     ghost : bool or None
         Force Gram-matrix norms (True) or materialised layer gradients (False) for every
         layer; ``None`` (default) picks the cheaper per layer (:func:`ghost_is_cheaper`).
+    input_gram : [n, b, b] or None
+        x_kj . x_kj' (:meth:`InputGrams.minibatch`); used by the first module when it is
+        a linear layer, instead of forming that Gram matrix from ``x``.
 
     Returns
     -------
@@ -340,15 +407,18 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
     terms = []
     sq_norms = losses.new_zeros(n)
     cross = losses.new_zeros(n)  # <w, g_k> without the regulariser
-    for module, a, z, delta in zip(layers, inputs, outputs, deltas):
+    known_gram = input_gram if isinstance(model[0], nn.Linear) else None  # of the first layer
+    for i, (module, a, z, delta) in enumerate(zip(layers, inputs, outputs, deltas)):
         f_in, f_out = module.in_features, module.out_features
         a, delta = a.view(n, b, f_in), delta.view(n, b, f_out)
         has_bias = module.bias is not None
-        use_gram = ghost_is_cheaper(b, f_in, f_out) if ghost is None else ghost
+        known = known_gram if i == 0 else None
+        use_gram = (ghost_is_cheaper(b, f_in, f_out, input_gram_known=known is not None)
+                    if ghost is None else ghost)
         if use_gram:
-            gram_a = torch.bmm(a, a.transpose(1, 2))  # [n, b, b]
+            gram_a = torch.bmm(a, a.transpose(1, 2)) if known is None else known.to(a.dtype)  # [n, b, b]
             if has_bias:
-                gram_a += 1.0
+                gram_a = gram_a + 1.0
             gram_delta = torch.bmm(delta, delta.transpose(1, 2))
             sq_norms = sq_norms + torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1))
             term = _LinearTerm(a, delta, has_bias)
@@ -373,16 +443,18 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
 
 
 def user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
-                   weight_decay: float = 0.0, method: str = "auto") -> UserGradients:
+                   weight_decay: float = 0.0, method: str = "auto",
+                   input_gram: Tensor | None = None) -> UserGradients:
     """Every user's gradient in the form the round consumes.
 
     ``method``: ``"ghost"`` (:func:`ghost_gradients`), ``"vmap"`` (:func:`per_user_gradients`)
     or ``"auto"`` (default): ghost where :func:`supports_ghost`, vmap otherwise.
+    ``input_gram`` [n, b, b] is passed to the ghost path (ignored by vmap).
     Shapes as in :func:`per_user_gradients`.
     """
     if method not in GRADIENT_METHODS:
         raise OtaflInputError(f"gradient method {method!r} is not one of: {', '.join(GRADIENT_METHODS)}")
     if method == "ghost" or (method == "auto" and supports_ghost(model)):
-        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay)
+        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay, input_gram=input_gram)
     grads, losses = per_user_gradients(model, x, y, weight, weight_decay=weight_decay)
     return StackedGradients(grads, losses)

@@ -23,7 +23,7 @@ from otafl.config import Spec
 from otafl.data import load_dataset, sample_minibatches, split_users
 from otafl.errors import OtaflInputError
 from otafl.estimate import estimate_known, estimate_unknown
-from otafl.fl.grads import StackedGradients, user_gradients
+from otafl.fl.grads import InputGrams, StackedGradients, supports_ghost, user_gradients
 from otafl.fl.round import AGGREGATORS, ChannelSetup, channel_only
 from otafl.models import make_model, num_parameters
 from otafl.privacy.accountants import account_run
@@ -141,6 +141,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         h, p = h_all[t], p_all[t]
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
         idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
+        if t == 0:  # once per run: each user's local-data Gram matrix, for the first layer's norms
+            input_grams = InputGrams.build(x_train, split) if train and supports_ghost(model) else None
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
         carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
         if not bool(carries.all()):  # they add nothing (e.g. b = 32 > D_k = 20 on embedded MNIST)
@@ -148,8 +150,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         n_active = int(active.sum()) if train else 0
         if n_active:
             # ghost norms + one backward for nn.Sequential MLPs, torch.func vmap otherwise
-            grads = user_gradients(model, x_train[idx], y_train[idx], weight,
-                                   weight_decay=tr.weight_decay)
+            grads = user_gradients(model, x_train[idx], y_train[idx], weight, weight_decay=tr.weight_decay,
+                                   input_gram=input_grams.minibatch(idx) if input_grams else None)
             train_loss = float(grads.losses.mean())
             clipped_fraction = float((grads.norms > tx.clip).float().mean())
         else:
