@@ -1,0 +1,132 @@
+"""``otafl bound`` through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from otafl.cli.main import cli
+from otafl.privacy.accountants import paper_round, tight_round
+
+ROW_KEYS = {"users", "p", "sigma2", "clip", "accountant", "epsilon_local", "delta_local", "epsilon_central",
+            "delta_central", "mean_participants", "defined", "reason"}
+TOTAL_KEYS = {"epsilon_central_total", "delta_central_total", "composition"}
+TABLE_II = ["--users", "200", "--p", "0.1,0.3,0.5,0.7,0.9", "--sigma2", "0.1", "--clip", "1", "--delta-l", "1e-5",
+            "--n0", "0", "--device", "cpu"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["bound", *args])
+
+
+def strict_json(text):
+    def reject(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=reject)
+
+
+def test_json_rows_carry_the_issue_keys_and_match_the_library():
+    res = run(*TABLE_II, "--accountant", "paper,tight", "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = strict_json(res.output)
+    assert len(out["rows"]) == 10 and out["meta"]["points"] == 5
+    assert out["meta"]["accountants"] == ["paper", "tight"]
+    p = torch.tensor([0.1, 0.3, 0.5, 0.7, 0.9], dtype=torch.float64)
+    kw = dict(participation_prob=p, users=200, noise_var=0.1, sensitivity=2.0, alignment_gain=1.0, n0=0.0,
+              delta_l=1e-5)
+    for name, fn in (("paper", paper_round), ("tight", tight_round)):
+        rows = [r for r in out["rows"] if r["accountant"] == name]
+        assert [r["p"] for r in rows] == p.tolist()
+        assert all(ROW_KEYS <= set(r) for r in rows)
+        expected = fn(**kw)
+        assert [r["epsilon_central"] for r in rows] == pytest.approx(expected.epsilon_central.tolist(), rel=1e-12)
+        assert [r["epsilon_local"] for r in rows] == pytest.approx(expected.epsilon_local.tolist(), rel=1e-12)
+        assert [r["mean_participants"] for r in rows] == pytest.approx([200 * v for v in p.tolist()])
+
+
+def test_table_shows_the_accountants_side_by_side_and_flags_the_classic_step():
+    res = run(*TABLE_II, "--accountant", "paper", "--accountant", "tight")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "paper:eps_central" in lines[0] and "tight:eps_central" in lines[0]
+    assert len([line for line in lines[1:] if line.strip().startswith("200")]) == 5
+    assert "!" in lines[1] and "validity range" in res.output
+
+
+def test_comma_list_and_repeated_accountant_options_agree():
+    a = run(*TABLE_II, "--accountant", "paper,tight", "--format", "csv")
+    b = run(*TABLE_II, "--accountant", "paper", "--accountant", "tight", "--format", "csv")
+    assert a.exit_code == b.exit_code == 0 and a.output == b.output
+    header = a.output.splitlines()[0].split(",")
+    assert header[:6] == ["users", "p", "sigma2", "clip", "snr_db", "accountant"]
+
+
+def test_grid_is_the_product_of_the_lists_and_alignment_gain_follows_the_power_budget():
+    res = run("--users", "50,100", "--p", "0.5", "--sigma2", "0.1,1", "--clip", "1,0.1", "--snr-db", "0,20",
+              "--n0", "2", "--dim", "100", "--format", "json", "--device", "cpu")
+    assert res.exit_code == 0, res.output
+    rows = strict_json(res.output)["rows"]
+    assert len(rows) == 16
+    for r in rows:
+        power = 10 ** (r["snr_db"] / 10) * 100 * 2.0
+        c = math.sqrt(power / (r["clip"] ** 2 + 100 * r["sigma2"]))
+        assert r["alignment_gain"] == pytest.approx(c, rel=1e-12)
+        assert r["channel_noise_var"] == pytest.approx(2.0 / c**2, rel=1e-12)
+
+
+def test_rounds_add_totals_between_the_worst_round_and_basic_composition():
+    res = run(*TABLE_II[:2], "--p", "0.5,0.9", "--accountant", "paper,tight", "--rounds", "50", "--format", "json")
+    assert res.exit_code == 0, res.output
+    for r in strict_json(res.output)["rows"]:
+        assert TOTAL_KEYS <= set(r) and r["rounds"] == 50
+        assert r["composition"] in ("basic", "advanced", "rdp")
+        assert r["epsilon_central"] <= r["epsilon_central_total"] <= 50 * r["epsilon_central"]
+
+
+def test_undefined_points_are_null_in_json_with_a_reason():
+    res = run("--users", "200", "--p", "0.02,0.5", "--format", "json", "--device", "cpu")
+    assert res.exit_code == 0, res.output
+    rows = strict_json(res.output)["rows"]
+    assert rows[0]["epsilon_central"] is None and rows[0]["defined"] is False and "delta'" in rows[0]["reason"]
+    assert rows[1]["defined"] is True and rows[1]["reason"] == ""
+
+
+def test_channel_preset_draws_fading_reproducibly():
+    args = ["--channel", "paper-three-groups", "--p", "0.5", "--sigma2", "0.1", "--rounds", "5", "--format", "json",
+            "--device", "cpu", "--accountant", "tight"]
+    a, b = run(*args, "--seed", "1"), run(*args, "--seed", "1")
+    c = run(*args, "--seed", "2")
+    assert a.exit_code == 0, a.output
+    assert a.output == b.output and a.output != c.output
+    out = strict_json(a.output)
+    row = out["rows"][0]
+    assert row["users"] == 200 and row["snr_db"] is None and out["meta"]["channel"]["fading"] == "ar-rician"
+    # The min over 200 users of a fading channel is far below the h = 1 gain at 2 dB.
+    flat = strict_json(run("--users", "200", "--p", "0.5", "--sigma2", "0.1", "--snr-db", "2", "--format", "json",
+                           "--device", "cpu").output)["rows"][0]
+    assert 0 < row["alignment_gain"] < flat["alignment_gain"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--p", "0"], "p = 0.0"),
+    (["--p", "1.5"], "p = 1.5"),
+    (["--p", "x"], "not a float"),
+    (["--delta-l", "1"], "delta_l"),
+    (["--delta-l", "0"], "delta_l"),
+    (["--delta-prime", "1.2"], "delta_prime"),
+    (["--sigma2", "-0.1"], "sigma2"),
+    (["--users", "0"], "users"),
+    (["--accountant", "magic"], "magic"),
+    (["--accountant", "paper,magic"], "magic"),
+    (["--channel", "no-such-preset"], "no-such-preset"),
+    (["--channel", "paper-three-groups", "--users", "10"], "channel preset"),
+])
+def test_bad_input_exits_2_with_one_line_and_no_traceback(args, needle):
+    res = run(*args, "--device", "cpu")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("error:") and needle in res.stderr
+    assert "Traceback" not in res.output
