@@ -5,8 +5,10 @@ every user computes, minibatch 32 per user, the paper's three-group channel, sig
 L = 1, Adam; single-layer and two-layer (hidden 100) models. Per model, the median time
 per round of
 
-    (a) round   -- the project's round: user_gradients (ghost norms + book-kept clipped sum),
-                   clip, transmit, MAC, estimate, Adam update;
+    (a) round   -- the project's round: user_gradients (ghost norms + book-kept clipped sum,
+                   the first layer's Gram matrices gathered from InputGrams, built once per
+                   run and reported apart as ``input_grams_once_s_*``), clip, transmit, MAC,
+                   estimate, Adam update;
     (b) loop    -- a per-user autograd loop (K backward passes, :func:`per_user_loop_gradients`,
                    the reference), then the same round;
     (c) opacus  -- Opacus ``GradSampleModule`` per-sample gradients summed per user, then
@@ -52,7 +54,14 @@ from otafl.channel.fading import make_fading
 from otafl.config import load_spec
 from otafl.data import load_dataset, sample_minibatches, split_users
 from otafl.estimate import estimate_known
-from otafl.fl.grads import StackedGradients, UserGradients, per_user_gradients, user_gradients
+from otafl.fl.grads import (
+    InputGrams,
+    StackedGradients,
+    UserGradients,
+    per_user_gradients,
+    supports_ghost,
+    user_gradients,
+)
 from otafl.fl.loop import make_generators, resolve_device
 from otafl.fl.round import AGGREGATORS, ChannelSetup
 from otafl.models import make_model, num_parameters
@@ -159,13 +168,17 @@ class RoundBench:
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         self.gsm = GradSampleModule(self.models["opacus"])
         self.h = None
+        t0 = time.perf_counter()  # once per run, as in the training loop
+        self.input_grams = InputGrams.build(self.x_train, self.split) if supports_ghost(base) else None
+        self.input_grams_seconds = time.perf_counter() - t0
 
-    def new_round(self) -> tuple[Tensor, Tensor, Tensor]:
-        """A fresh minibatch (gathered, as the loop gathers it) and channel draw."""
+    def new_round(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """A fresh minibatch (indices [K, b] and, gathered as the loop gathers them, x, y,
+        weight) and channel draw."""
         self.h = self.fading.sample(1, self.gain, self.gens["fading"])[0].to(self.device)
         idx, weight = sample_minibatches(self.split, self.spec.data.batch_size, self.gens["data"])
         idx, weight = idx.to(self.device), weight.to(self.device)
-        return self.x_train[idx], self.y_train[idx], weight
+        return idx, self.x_train[idx], self.y_train[idx], weight
 
     def finish(self, method: str, grads: UserGradients) -> None:
         """Clip, transmit, MAC, estimate (known |K_t|), Adam step: as in the training loop."""
@@ -178,10 +191,11 @@ class RoundBench:
             offset += n
         self.opts[method].step()
 
-    def step(self, method: str, x: Tensor, y: Tensor, weight: Tensor) -> None:
+    def step(self, method: str, idx: Tensor, x: Tensor, y: Tensor, weight: Tensor) -> None:
         model, wd = self.models[method], self.weight_decay
         if method == "round":
-            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd))
+            gram = self.input_grams.minibatch(idx) if self.input_grams else None
+            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd, input_gram=gram))
         elif method == "loop":
             self.finish(method, StackedGradients(*per_user_loop_gradients(model, x, y, weight, weight_decay=wd)))
         elif method == "opacus":
@@ -218,27 +232,29 @@ def time_methods(model_key: str, device: torch.device, repeats: int, inner: int 
     bench = RoundBench(model_key, device)
     times = {m: [] for m in methods}
 
-    def timed(m: str, x, y, w) -> None:
+    def timed(m: str, *batch) -> None:
         _sync(device)
         t0 = time.perf_counter()
-        bench.step(m, x, y, w)
+        bench.step(m, *batch)
         _sync(device)
         times[m].append(time.perf_counter() - t0)
 
-    x, y, w = bench.new_round()
+    batch = bench.new_round()
     for m in methods:  # warm-up: lazy imports (Adam imports torch._dynamo), allocator, MKL
-        bench.step(m, x, y, w)
+        bench.step(m, *batch)
     for r in range(repeats):
-        x, y, w = bench.new_round()
+        batch = bench.new_round()
         order = methods if r % 2 == 0 else tuple(reversed(methods))
         for m in order:
             if m not in FAST:
-                timed(m, x, y, w)
+                timed(m, *batch)
         fast = [m for m in order if m in FAST]
         for i in range(inner):
             for m in (fast if i % 2 == 0 else fast[::-1]):
-                timed(m, x, y, w)
-    return {m: statistics.median(v) for m, v in times.items()}
+                timed(m, *batch)
+    medians = {m: statistics.median(v) for m, v in times.items()}
+    medians["input_grams_once"] = bench.input_grams_seconds
+    return medians
 
 
 def peak_rss_mib(rounds: int = 20, device: str = "cpu") -> float:
@@ -280,6 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
         out["peak_rss_mib"] = peak_rss_mib(args.rss_rounds, str(device))
     for key in MODELS:
         med = time_methods(key, device, args.repeats, args.inner)
+        out[f"input_grams_once_s_{key}"] = med.pop("input_grams_once")
         for m, v in med.items():
             out[f"median_s_{m}_{key}"] = v
         out[f"overhead_vs_floor_{key}"] = med["round"] / med["floor"]

@@ -212,28 +212,20 @@ class _LinearTerm:
         gw = torch.bmm(self.deltas.transpose(1, 2), self.inputs)
         return gw, (self.deltas.sum(dim=1) if self.has_bias else None)
 
-    @property
-    def size(self) -> int:
-        """Number of parameters of the layer, F_out F_in (+ F_out with a bias)."""
-        f_out, f_in = self.deltas.shape[-1], self.inputs.shape[-1]
-        return f_out * f_in + (f_out if self.has_bias else 0)
-
-    def weighted_sum_into(self, coef: Tensor, out: Tensor) -> None:
-        """Write [vec(sum_k coef_k G_k), sum_k coef_k g_beta_k] into ``out`` [size]."""
-        n, b, f_out = self.deltas.shape
-        f_in = self.inputs.shape[-1]
-        out_weight = out[: f_out * f_in].view(f_out, f_in)
-        out_bias = out[f_out * f_in :]
+    def weighted_sum(self, coef: Tensor) -> list[Tensor]:
+        """[vec(sum_k coef_k G_k), sum_k coef_k g_beta_k] (the second only with a bias)."""
         if self.weight_grads is not None:
-            torch.mv(self.weight_grads.flatten(1).T, coef, out=out_weight.view(-1))
+            pieces = [coef @ self.weight_grads.flatten(1)]
             if self.has_bias:
-                torch.mv(self.bias_grads.T, coef, out=out_bias)
-            return
+                pieces.append(coef @ self.bias_grads)
+            return pieces
         # book-keeping: the weight gradient of a backward pass with sample weights coef_k
+        n, b, f_out = self.deltas.shape
         scaled = (self.deltas * coef[:, None, None]).view(n * b, f_out)
-        torch.mm(scaled.T, self.inputs.reshape(n * b, f_in), out=out_weight)
+        pieces = [(scaled.T @ self.inputs.reshape(n * b, -1)).view(-1)]
         if self.has_bias:
-            torch.sum(scaled, dim=0, out=out_bias)
+            pieces.append(scaled.sum(dim=0))
+        return pieces
 
 
 class GhostGradients(UserGradients):
@@ -254,11 +246,7 @@ class GhostGradients(UserGradients):
 
     def weighted_sum(self, coef: Tensor) -> Tensor:
         coef = coef.to(self.norms.dtype)
-        total = self.norms.new_empty(self.dim)
-        offset = 0
-        for term in self.terms:
-            term.weighted_sum_into(coef, total[offset : offset + term.size])
-            offset += term.size
+        total = torch.cat([piece for term in self.terms for piece in term.weighted_sum(coef)])
         if self.weight_decay:
             total.add_(self.flat_params, alpha=self.weight_decay * float(coef.sum()))
         return total
@@ -326,9 +314,10 @@ class InputGrams:
 
     def minibatch(self, idx: Tensor) -> Tensor:
         """Gram matrices [n, b, b] of minibatches ``idx`` [n, b] (each row one user's samples)."""
-        slots = self.slot_of[idx]
-        users = self.user_of[idx[:, :1]]
-        return self.local[users[:, :, None], slots[:, :, None], slots[:, None, :]]
+        max_d = self.local.shape[-1]
+        slots = self.slot_of[idx]  # [n, b]
+        rows = self.user_of[idx[:, :1]] * (max_d * max_d) + slots * max_d  # flat offsets of (k, j, 0)
+        return torch.take(self.local, rows[:, :, None] + slots[:, None, :])
 
 
 def supports_ghost(model: nn.Module) -> bool:
