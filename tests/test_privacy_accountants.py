@@ -238,3 +238,14 @@ def test_account_run_rejects_unknown_accountant_and_bad_delta():
         account_run(constant_facts(T=1), accountants=["magic"], delta_l=1e-5)
     with pytest.raises(OtaflInputError, match="delta_l"):
         account_run(constant_facts(T=1), accountants=["paper"], delta_l=0.0)
+
+
+def test_lazy_registry_entry_imports_its_module_on_first_use():
+    from otafl.privacy.accountants import lazy_round_bound
+
+    lazy = lazy_round_bound("otafl.privacy.accountants:tight_round")
+    kw = dict(participation_prob=0.5, users=200, noise_var=0.1, sensitivity=2.0, alignment_gain=1.0, n0=0.0,
+              delta_l=1e-5)
+    assert float(lazy(**kw).epsilon_central) == float(tight_round(**kw).epsilon_central)
+    with pytest.raises(ModuleNotFoundError):
+        lazy_round_bound("otafl.privacy.no_such_module:round_bound")(**kw)

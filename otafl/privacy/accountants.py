@@ -38,7 +38,13 @@ amplification in eps does not hold; the spec's ``exact`` accountant models this.
 
 Adding an accountant: write ``otafl/privacy/<name>.py`` with a ``round_bound`` function
 of the signature above (:func:`prepare_round` does the validation, the uniform/per-user
-handling and delta'), then add one line to :data:`ACCOUNTANTS`.
+handling and delta'; return a :class:`RoundBound`), then add one line to
+:data:`ACCOUNTANTS`, e.g.
+
+    "exact": Accountant("exact", lazy_round_bound("otafl.privacy.exact:round_bound"), "..."),
+
+(:func:`lazy_round_bound` imports the module on first use, so it may import this one).
+The contract test in tests/test_privacy_accountants.py then runs on it too.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ __all__ = [
     "GRID_CHUNK",
     "evaluate_in_chunks",
     "get_accountant",
+    "lazy_round_bound",
     "compose_round_bounds",
     "composition_name",
     "account_run",
@@ -433,6 +440,28 @@ def tight_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     eps0_c = analytic_gaussian_epsilon(sensitivity=x.sensitivity, noise_std=s_central, delta=x.delta_l)
     return _finish(x, local=local, quantile=m, s_central=s_central, eps0_c=eps0_c,
                    hoeffding_undefined=torch.zeros((), dtype=torch.bool, device=m.device), classic=False)
+
+
+def lazy_round_bound(target: str) -> Callable[..., RoundBound]:
+    """A ``round_bound`` that imports ``"package.module:function"`` on first call.
+
+    Lets an accountant's own module import this one (RoundBound, prepare_round) while
+    its registry line lives here, without an import cycle.
+    """
+    module_name, _, attr = target.partition(":")
+    cache: list[Callable[..., RoundBound]] = []
+
+    def round_bound(**kwargs) -> RoundBound:
+        if not cache:
+            import importlib
+
+            cache.append(getattr(importlib.import_module(module_name), attr))
+        return cache[0](**kwargs)
+
+    round_bound.__name__ = attr
+    round_bound.__qualname__ = target
+    round_bound.__doc__ = f"{target} (imported on first use)."
+    return round_bound
 
 
 @dataclass(frozen=True)
