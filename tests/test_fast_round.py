@@ -149,6 +149,20 @@ def test_precomputed_input_grams_give_the_minibatch_gram_and_the_same_round():
     assert InputGrams.build(x_train, shared) is None
 
 
+def test_layers_without_bias_and_other_activations_take_the_fast_path():
+    gen = torch.Generator().manual_seed(8)
+    torch.manual_seed(8)  # nn.Linear's default init (test-only model)
+    model = nn.Sequential(nn.Linear(FEATURES, 20, bias=False), nn.Tanh(), nn.Linear(20, CLASSES)).double()
+    _, x, y, weight = _problem("single-layer", seed=8)
+    ref_grads, _ = per_user_loop_gradients(model, x, y, weight, weight_decay=0.03)
+    for use_gram in (True, False):
+        fast = ghost_gradients(model, x, y, weight, weight_decay=0.03, ghost=use_gram)
+        assert torch.allclose(fast.norms, torch.linalg.vector_norm(ref_grads, dim=1), rtol=1e-9, atol=0)
+        coef = torch.rand(USERS, generator=gen, dtype=torch.float64)
+        assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
+        assert _rel(fast.materialise(), ref_grads) <= 1e-9
+
+
 def test_unsupported_models_fall_back_to_vmap():
     gen = torch.Generator().manual_seed(4)
     x = torch.rand(3, 4, 6, generator=gen, dtype=torch.float64)

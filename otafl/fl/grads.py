@@ -27,11 +27,13 @@ The user's layer gradient is
 
     G = sum_j delta_j a_j^T  [F_out, F_in],      g_beta = sum_j delta_j  [F_out],
 
-and its squared norm needs only two b x b Gram matrices (Goodfellow 2015, "Efficient
+and the squared norm of G needs only two b x b Gram matrices (Goodfellow 2015, "Efficient
 per-example gradient computations"; Li et al. 2022, "Large language models can be strong
 differentially private learners", ghost clipping):
 
-    ||G||_F^2 + ||g_beta||^2 = sum_{j, j'} (a_j . a_j' + 1) (delta_j . delta_j').
+    ||G||_F^2 = sum_{j, j'} (a_j . a_j') (delta_j . delta_j'),
+
+while g_beta (F_out numbers per user) is always formed.
 
 That costs b^2 (F_in + F_out) per user, against b F_in F_out for materialising G; each
 layer takes the cheaper of the two (:func:`ghost_is_cheaper`). The per-sample output
@@ -196,35 +198,33 @@ class _LinearTerm:
     """One linear layer's per-user factors.
 
     inputs : [n, b, F_in] a_kj;  deltas : [n, b, F_out] delta_kj (loss-weighted);
-    weight_grads : [n, F_out, F_in] and bias_grads : [n, F_out] when materialised, else None.
+    weight_grads : [n, F_out, F_in] G_k when materialised, None when ghost;
+    bias_grads : [n, F_out] g_beta_k (always materialised: F_out numbers per user), None
+    without a bias.
     """
 
     inputs: Tensor
     deltas: Tensor
-    has_bias: bool
-    weight_grads: Tensor | None = None
-    bias_grads: Tensor | None = None
+    weight_grads: Tensor | None
+    bias_grads: Tensor | None
 
-    def per_user(self) -> tuple[Tensor, Tensor | None]:
-        """(G_k [n, F_out, F_in], g_beta_k [n, F_out] or None)."""
-        if self.weight_grads is not None:
-            return self.weight_grads, self.bias_grads
-        gw = torch.bmm(self.deltas.transpose(1, 2), self.inputs)
-        return gw, (self.deltas.sum(dim=1) if self.has_bias else None)
+    def per_user(self) -> list[Tensor]:
+        """[G_k flattened [n, F_out F_in], g_beta_k [n, F_out] (with a bias)]."""
+        gw = self.weight_grads
+        if gw is None:
+            gw = torch.bmm(self.deltas.transpose(1, 2), self.inputs)
+        return [gw.flatten(1)] + ([self.bias_grads] if self.bias_grads is not None else [])
 
     def weighted_sum(self, coef: Tensor) -> list[Tensor]:
-        """[vec(sum_k coef_k G_k), sum_k coef_k g_beta_k] (the second only with a bias)."""
+        """[vec(sum_k coef_k G_k), sum_k coef_k g_beta_k (with a bias)]."""
         if self.weight_grads is not None:
             pieces = [coef @ self.weight_grads.flatten(1)]
-            if self.has_bias:
-                pieces.append(coef @ self.bias_grads)
-            return pieces
-        # book-keeping: the weight gradient of a backward pass with sample weights coef_k
-        n, b, f_out = self.deltas.shape
-        scaled = (self.deltas * coef[:, None, None]).view(n * b, f_out)
-        pieces = [(scaled.T @ self.inputs.reshape(n * b, -1)).view(-1)]
-        if self.has_bias:
-            pieces.append(scaled.sum(dim=0))
+        else:  # book-keeping: the weight gradient of a backward pass with sample weights coef_k
+            n, b, f_out = self.deltas.shape
+            scaled = (self.deltas * coef[:, None, None]).view(n * b, f_out)
+            pieces = [(scaled.T @ self.inputs.reshape(n * b, -1)).view(-1)]
+        if self.bias_grads is not None:
+            pieces.append(coef @ self.bias_grads)
         return pieces
 
 
@@ -252,13 +252,7 @@ class GhostGradients(UserGradients):
         return total
 
     def materialise(self) -> Tensor:
-        pieces = []
-        for term in self.terms:
-            gw, gb = term.per_user()
-            pieces.append(gw.flatten(1))
-            if gb is not None:
-                pieces.append(gb)
-        grads = torch.cat(pieces, dim=1)
+        grads = torch.cat([piece for term in self.terms for piece in term.per_user()], dim=1)
         if self.weight_decay:
             grads = grads + self.weight_decay * self.flat_params
         return grads
@@ -400,25 +394,21 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
     for i, (module, a, z, delta) in enumerate(zip(layers, inputs, outputs, deltas)):
         f_in, f_out = module.in_features, module.out_features
         a, delta = a.view(n, b, f_in), delta.view(n, b, f_out)
-        has_bias = module.bias is not None
         known = known_gram if i == 0 else None
         use_gram = (ghost_is_cheaper(b, f_in, f_out, input_gram_known=known is not None)
                     if ghost is None else ghost)
-        if use_gram:
+        if use_gram:  # ||G_k||^2 = sum_{j, j'} (a_j . a_j') (delta_j . delta_j')
             gram_a = torch.bmm(a, a.transpose(1, 2)) if known is None else known.to(a.dtype)  # [n, b, b]
-            if has_bias:
-                gram_a = gram_a + 1.0
             gram_delta = torch.bmm(delta, delta.transpose(1, 2))
             sq_norms = sq_norms + torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1))
-            term = _LinearTerm(a, delta, has_bias)
+            gw = None
         else:
             gw = torch.bmm(delta.transpose(1, 2), a)  # [n, F_out, F_in]
-            gb = delta.sum(dim=1) if has_bias else None
             sq_norms = sq_norms + torch.linalg.vector_norm(gw.flatten(1), dim=1).square()
-            if has_bias:
-                sq_norms = sq_norms + torch.linalg.vector_norm(gb, dim=1).square()
-            term = _LinearTerm(a, delta, has_bias, gw, gb)
-        terms.append(term)
+        gb = delta.sum(dim=1) if module.bias is not None else None  # [n, F_out]
+        if gb is not None:
+            sq_norms = sq_norms + torch.linalg.vector_norm(gb, dim=1).square()
+        terms.append(_LinearTerm(a, delta, gw, gb))
         if weight_decay:
             cross = cross + (delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2))
 
