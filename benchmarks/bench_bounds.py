@@ -2,6 +2,7 @@
 
     python benchmarks/bench_bounds.py            # table
     python benchmarks/bench_bounds.py --json     # JSON
+    python benchmarks/bench_bounds.py --json --threads 1
 
 Grids:
 
@@ -94,7 +95,12 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's). On a CPU shared with other jobs, "
+                             "1 thread avoids stalls at OpenMP barriers.")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     paper, tight = ACCOUNTANTS["paper"], ACCOUNTANTS["tight"]
 
