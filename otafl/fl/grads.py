@@ -308,10 +308,11 @@ class InputGrams:
 
     def minibatch(self, idx: Tensor) -> Tensor:
         """Gram matrices [n, b, b] of minibatches ``idx`` [n, b] (each row one user's samples)."""
-        max_d = self.local.shape[-1]
+        n, b = idx.shape
+        users, max_d, _ = self.local.shape
         slots = self.slot_of[idx]  # [n, b]
-        rows = self.user_of[idx[:, :1]] * (max_d * max_d) + slots * max_d  # flat offsets of (k, j, 0)
-        return torch.take(self.local, rows[:, :, None] + slots[:, None, :])
+        rows = self.local.view(users * max_d, max_d).index_select(0, (self.user_of[idx] * max_d + slots).view(-1))
+        return torch.gather(rows.view(n, b, max_d), 2, slots[:, None, :].expand(n, b, b))
 
 
 def supports_ghost(model: nn.Module) -> bool:
