@@ -222,10 +222,13 @@ def mixture_hockey_stick(eps: torch.Tensor, log_odds: torch.Tensor, absent_var: 
         return torch.where(ok, xs, 0.5 * (lo + hi))
 
     x = torch.where(full, u_star, secant_or_mid(lo, hi, g_lo, g_hi))
+    done = full.clone()
     for _ in range(max_iter):
+        # Converged elements are frozen, so each element's result does not depend on
+        # what else is in the batch (chunked and whole evaluations agree).
         G, dG = _likelihood_ratio(x, *args)
         pos = G > 0
-        upd = ~full & torch.isfinite(G)
+        upd = ~done & torch.isfinite(G)
         hi = torch.where(upd & pos, x, hi)
         g_hi = torch.where(upd & pos, G, g_hi)
         lo = torch.where(upd & ~pos, x, lo)
@@ -233,9 +236,11 @@ def mixture_hockey_stick(eps: torch.Tensor, log_odds: torch.Tensor, absent_var: 
         step = G / dG
         x_new = x - step
         bad = ~((x_new >= lo) & (x_new <= hi))
-        x = torch.where(bad, secant_or_mid(lo, hi, g_lo, g_hi), x_new)
+        x_next = torch.where(bad, secant_or_mid(lo, hi, g_lo, g_hi), x_new)
         tol = rtol * (1.0 + x.abs())
-        done = (step.abs() < tol) | (hi - lo < tol) | (G == 0) | full
+        now_done = (step.abs() < tol) | (hi - lo < tol) | (G == 0) | ~torch.isfinite(G)
+        x = torch.where(done | now_done, x, x_next)
+        done = done | now_done
         if bool(done.all()):
             break
     # Tighten the bracket around the Newton point on both sides.
@@ -434,7 +439,9 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     absent_var : [...], float64, w = v_n = n sigma_o^2 + N0/c^2 >= 0 (gradient units^2).
     own_noise_var : [...], float64, sigma_k^2 >= 0 (W = w + sigma_k^2; W = 0 gives 1).
     half_sensitivity : [...], float64, a = Delta / 2 > 0.
-    dim : int, model dimension d >= 1.
+    dim : int, model dimension d >= 1, or None for the dimension-free bound d -> inf:
+        the norm statistic then reveals participation, delta_n = p h(1) (an upper bound
+        for every d, since a lower-dimensional output is a post-processing).
     grid : how to build the s cells (d >= 2).
     cells : prebuilt ``s_cells`` for exactly these (p, w, sigma_k^2) rows (shape
         [..., J(+1)] matching the broadcast shape); built on the fly when None.
@@ -454,7 +461,7 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     never = p <= 0
     up = p * gauss  # the point-mass case, and p = 1 (pi = 1 everywhere)
     lo = up.clone()
-    todo = ~point_mass & ~never & (p < 1)
+    todo = ~point_mass & ~never & (p < 1) & (dim is not None)
     if bool(todo.any()):
         sel = lambda t: t[todo]  # noqa: E731
         if dim == 1:
@@ -495,61 +502,79 @@ class CountLaw:
     dropped: torch.Tensor
 
 
-def _blocks_from_pmf(pmf: torch.Tensor, tail_mass: float, block_rel_width: float) -> CountLaw:
-    """Window each row of ``pmf`` [B, M] to all but ``tail_mass`` and lump into blocks."""
+def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float) -> CountLaw:
+    """Window each row of ``pmf`` [B, M] to all but ``tail_mass`` and lump into blocks.
+
+    The window of row b is [lo_b, hi_b] with P(n < lo_b) <= tail_mass / 2 and
+    P(n > hi_b) <= tail_mass / 2 (tails summed from their own ends, so small masses stay
+    exact). Inside it, n is exact up to n = 1 / block_rel_width; beyond, consecutive n
+    are lumped into blocks of width floor(block_rel_width * n) (monotonicity in n).
+    ``tail_mass`` is a float or a [B] tensor.
+    """
     B, M = pmf.shape
-    cdf = torch.cumsum(pmf, -1)  # accurate in the lower tail
+    dev = pmf.device
+    tm = torch.as_tensor(tail_mass, dtype=_DT, device=dev).expand(B)[:, None] / 2
+    cdf = torch.cumsum(pmf, -1)  # P(n <= i), accurate in the lower tail
     sf = torch.flip(torch.cumsum(torch.flip(pmf, [-1]), -1), [-1])  # P(n >= i), upper tail
+    ar = torch.arange(M, device=dev)
+    lo = torch.where(cdf > tm, ar, M).amin(-1).clamp(max=M - 1)
+    hi = torch.where(sf > tm, ar, -1).amax(-1).clamp(min=0)
+    lo, hi = torch.minimum(lo, hi), torch.maximum(lo, hi)
+    zero = pmf.new_zeros(B)
+    below = torch.where(lo > 0, cdf.gather(1, (lo - 1).clamp(min=0)[:, None])[:, 0], zero)
+    above = torch.where(hi + 1 < M, sf.gather(1, (hi + 1).clamp(max=M - 1)[:, None])[:, 0], zero)
+    dropped = (below + above).clamp(min=0.0)
+    if block_rel_width * float(hi.max()) < 1.0:  # every block is a single n
+        N = int((hi - lo).max()) + 1
+        n = lo[:, None] + torch.arange(N, device=dev)[None]
+        inside = n <= hi[:, None]
+        n = torch.minimum(n, hi[:, None])
+        weight = torch.where(inside, pmf.gather(1, n), pmf.new_zeros(()))
+        return CountLaw(n_first=n.to(_DT), n_last=n.to(_DT), weight=weight, dropped=dropped)
     rows = []
     for b in range(B):
-        lo_ok = torch.nonzero(cdf[b] > tail_mass / 2)
-        hi_ok = torch.nonzero(sf[b] > tail_mass / 2)
-        lo = int(lo_ok[0]) if len(lo_ok) else 0
-        hi = int(hi_ok[-1]) if len(hi_ok) else M - 1
-        lo, hi = min(lo, hi), max(lo, hi)
-        dropped = (cdf[b, lo - 1] if lo > 0 else pmf.new_zeros(())) + \
-                  (sf[b, hi + 1] if hi + 1 < M else pmf.new_zeros(()))
+        lb, hb = int(lo[b]), int(hi[b])
         firsts = []
-        n = lo
-        while n <= hi:
+        n = lb
+        while n <= hb:
             firsts.append(n)
             n += max(1, int(block_rel_width * n))
-        first = torch.tensor(firsts, dtype=torch.long, device=pmf.device)
-        last = torch.cat([first[1:] - 1, first.new_tensor([hi])])
-        n_win = torch.arange(lo, hi + 1, device=pmf.device)
-        block = torch.searchsorted(first, n_win, right=True) - 1
-        weight = pmf.new_zeros(len(firsts)).index_add_(0, block, pmf[b, lo:hi + 1])
-        rows.append((first.to(_DT), last.to(_DT), weight.clamp(min=0), dropped))
+        first = torch.tensor(firsts, dtype=torch.long, device=dev)
+        last = torch.cat([first[1:] - 1, first.new_tensor([hb])])
+        block = torch.searchsorted(first, torch.arange(lb, hb + 1, device=dev), right=True) - 1
+        weight = pmf.new_zeros(len(firsts)).index_add_(0, block, pmf[b, lb:hb + 1])
+        rows.append((first.to(_DT), last.to(_DT), weight))
     N = max(len(r[0]) for r in rows)
 
     def pad(t, val):
         return torch.cat([t, t.new_full((N - len(t),), val)])
 
-    return CountLaw(
-        n_first=torch.stack([pad(r[0], float(r[0][-1])) for r in rows]),
-        n_last=torch.stack([pad(r[1], float(r[1][-1])) for r in rows]),
-        weight=torch.stack([pad(r[2], 0.0) for r in rows]),
-        dropped=torch.stack([r[3] for r in rows]).clamp(min=0.0),
-    )
+    return CountLaw(n_first=torch.stack([pad(r[0], float(r[0][-1])) for r in rows]),
+                    n_last=torch.stack([pad(r[1], float(r[1][-1])) for r in rows]),
+                    weight=torch.stack([pad(r[2], 0.0) for r in rows]), dropped=dropped)
 
 
-def binomial_count_law(participation_prob: torch.Tensor, num_others: int, *,
-                       tail_mass: float = 1e-12, block_rel_width: float = 1e-3) -> CountLaw:
+def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
+                       tail_mass=1e-12, block_rel_width: float = 1e-3) -> CountLaw:
     """Law of n ~ Binomial(num_others, p) for uniform participation, without users.
 
     Parameters
     ----------
     participation_prob : [B], float, p in [0, 1].
-    num_others : int, K - 1 >= 0.
-    tail_mass : mass the window may leave out (it is added to delta).
+    num_others : int or [B] integer tensor, K - 1 >= 0.
+    tail_mass : float or [B]: mass the window may leave out (it is added to delta).
     block_rel_width : blocks n..n + floor(rel n) are lumped (exact below n = 1 / rel).
     """
     p = torch.as_tensor(participation_prob, dtype=_DT).reshape(-1)
-    N = int(num_others)
-    k = torch.arange(N + 1, dtype=_DT, device=p.device)
-    logc = math.lgamma(N + 1) - torch.lgamma(k + 1) - torch.lgamma(N - k + 1)
-    logpmf = logc + torch.special.xlogy(k, p[:, None]) + torch.special.xlogy(N - k, 1 - p[:, None])
-    return _blocks_from_pmf(torch.exp(logpmf), tail_mass, block_rel_width)
+    N = torch.as_tensor(num_others, dtype=_DT, device=p.device).reshape(-1).expand(p.shape[0])
+    k = torch.arange(int(N.max()) + 1, dtype=_DT, device=p.device)[None]
+    Nc = N[:, None]
+    valid = k <= Nc
+    kk = torch.minimum(k, Nc)
+    logpmf = (torch.lgamma(Nc + 1) - torch.lgamma(kk + 1) - torch.lgamma(Nc - kk + 1)
+              + torch.special.xlogy(kk, p[:, None]) + torch.special.xlogy(Nc - kk, 1 - p[:, None]))
+    pmf = torch.where(valid, torch.exp(logpmf), torch.zeros_like(logpmf))
+    return _blocks_from_pmf(pmf, tail_mass, block_rel_width)
 
 
 def poisson_binomial_count_law(others_prob: torch.Tensor, *, tail_mass: float = 1e-12,
@@ -584,7 +609,7 @@ class RoundSpec:
     channel_noise_var : N0 / c^2.
     half_sensitivity : a = Delta / 2.
     law : CountLaw of the number of other participants (``n = 0`` for local DP).
-    dim : model dimension d.
+    dim : model dimension d (int), or None for the dimension-free bound (d -> inf).
     """
 
     participation_prob: torch.Tensor
@@ -593,7 +618,7 @@ class RoundSpec:
     channel_noise_var: torch.Tensor
     half_sensitivity: torch.Tensor
     law: CountLaw
-    dim: int
+    dim: int | None
 
 
 def _col(t: torch.Tensor) -> torch.Tensor:
@@ -620,7 +645,7 @@ def _round_params(spec: RoundSpec):
 
 def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID) -> RoundCells:
     """Build the eps-independent s cells of a round once (reused by every eps)."""
-    if spec.dim == 1:
+    if spec.dim is None or spec.dim == 1:
         return RoundCells(None, None)
     p, s2, _, w_first, w_last = _round_params(spec)
 
@@ -725,7 +750,8 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     active = ~zero & ~unbounded
     side = torch.zeros(B, dtype=torch.int8, device=dev)  # which end moved last: -1 lo, +1 hi
     for _ in range(200):
-        if not bool((active & (hi - lo > xtol * (1 + hi))).any()):
+        active = active & (hi - lo > xtol * (1 + hi))  # converged rows are frozen
+        if not bool(active.any()):
             break
         x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
         ok = torch.isfinite(x) & (x > lo) & (x < hi)
@@ -735,11 +761,14 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         hi_new = torch.where(below, x, hi)
         lo_new = torch.where(below, lo, x)
         # Illinois: halve the stale end's function value when the same end moves twice.
-        f_lo = torch.where(below, torch.where(side == 1, f_lo / 2, f_lo), fx)
-        f_hi = torch.where(below, fx, torch.where(side == -1, f_hi / 2, f_hi))
-        side = torch.where(below, torch.ones_like(side), -torch.ones_like(side))
+        f_lo_new = torch.where(below, torch.where(side == 1, f_lo / 2, f_lo), fx)
+        f_hi_new = torch.where(below, fx, torch.where(side == -1, f_hi / 2, f_hi))
+        side_new = torch.where(below, torch.ones_like(side), -torch.ones_like(side))
         hi = torch.where(active, hi_new, hi)
         lo = torch.where(active, lo_new, lo)
+        f_lo = torch.where(active, f_lo_new, f_lo)
+        f_hi = torch.where(active, f_hi_new, f_hi)
+        side = torch.where(active, side_new, side)
     out = torch.where(zero, torch.zeros_like(hi), hi)
     return torch.where(unbounded, torch.full_like(hi, math.inf), out)
 
@@ -792,7 +821,7 @@ def _spec(rows, law, dim, dev):
 
 
 def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
-                 channel_noise_var: torch.Tensor, sensitivity: torch.Tensor, dim: int,
+                 channel_noise_var: torch.Tensor, sensitivity: torch.Tensor, dim: int | None,
                  delta: torch.Tensor, users: torch.Tensor | None = None,
                  tail_mass: float | None = None, block_rel_width: float = 1e-3) -> RoundRows:
     r"""Central-DP rows for B grid points (flattened).
@@ -803,8 +832,8 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
     channel_noise_var : [B], N0 / c^2 (gradient units^2).
     sensitivity : [B], Delta (the worst pair is +-Delta/2, i.e. Delta = 2L).
     delta : [B], target delta of each point.
-    tail_mass : mass of the law of n left out (added to delta); default 1e-6 * delta,
-        capped at 1e-12.
+    tail_mass : mass of the law of n left out (added to delta); default
+        min(1e-12, 1e-6 * delta).
 
     Grouping (sound for every user, see the module docstring): users are grouped by
     their own noise sigma_k^2; a group is charged p_own = its largest p and the law of
@@ -813,21 +842,22 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
     smallest sigma^2 of the users who can take part. With uniform p and sigma this is
     exactly one row with n ~ Binomial(K - 1, p).
     """
-    dev = participation_prob.device
+    dev = channel_noise_var.device
+    delta = delta.to(_DT)
+    tm_all = torch.clamp(1e-6 * delta, max=1e-12) if tail_mass is None else \
+        torch.full_like(delta, float(tail_mass))
+    half = 0.5 * sensitivity.to(_DT)
+    if users is not None:
+        p, s2 = participation_prob.to(_DT), noise_var.to(_DT)
+        law = binomial_count_law(p, users.to(_DT) - 1, tail_mass=tm_all,
+                                 block_rel_width=block_rel_width)
+        spec = RoundSpec(participation_prob=p, own_noise_var=s2, others_noise_var=s2,
+                         channel_noise_var=channel_noise_var.to(_DT), half_sensitivity=half,
+                         law=law, dim=dim)
+        return RoundRows(spec=spec, point=torch.arange(p.shape[0], device=dev), target=delta)
     rows, laws, point, target = [], [], [], []
-    B = channel_noise_var.shape[0]
-    for b in range(B):
-        tm = tail_mass if tail_mass is not None else min(1e-12, 1e-6 * float(delta[b]))
-        a = 0.5 * float(sensitivity[b])
-        ch = float(channel_noise_var[b])
-        if users is not None:
-            p, s2, K = float(participation_prob[b]), float(noise_var[b]), int(users[b])
-            rows.append((p, s2, s2, ch, a))
-            laws.append(binomial_count_law(torch.tensor([p], dtype=_DT, device=dev), K - 1,
-                                           tail_mass=tm, block_rel_width=block_rel_width))
-            point.append(b)
-            target.append(float(delta[b]))
-            continue
+    for b in range(channel_noise_var.shape[0]):
+        tm = float(tm_all[b])
         p, s2 = participation_prob[b].to(_DT), noise_var[b].to(_DT)
         active = p > 0
         if not bool(active.any()):
@@ -845,7 +875,8 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
                                                  block_rel_width=block_rel_width)
             else:
                 law = local_count_law(1, device=dev)
-            rows.append((float(p[j]), float(v), s_min, ch, a))
+            rows.append((float(p[j]), float(v), s_min, float(channel_noise_var[b]),
+                         float(half[b])))
             laws.append(law)
             point.append(b)
             target.append(float(delta[b]))
@@ -855,45 +886,54 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
 
 
 def local_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
-               channel_noise_var: torch.Tensor, sensitivity: torch.Tensor, dim: int,
+               channel_noise_var: torch.Tensor, sensitivity: torch.Tensor, dim: int | None,
                delta_l: torch.Tensor, uniform: bool) -> RoundRows:
     """Local-DP rows: one per distinct (p_k, sigma_k^2) with p_k > 0, target p_k delta_l.
 
     Parameters as in :func:`central_rows` (``uniform``: inputs are [B], one user type).
     n = 0: the other users may collude with the server and cancel their contributions.
     """
-    dev = participation_prob.device
+    dev = channel_noise_var.device
+    half = 0.5 * sensitivity.to(_DT)
+    if uniform:
+        p, s2 = participation_prob.to(_DT), noise_var.to(_DT)
+        keep = torch.nonzero(p > 0).reshape(-1)
+        spec = RoundSpec(participation_prob=p[keep], own_noise_var=s2[keep],
+                         others_noise_var=torch.zeros_like(s2[keep]),
+                         channel_noise_var=channel_noise_var.to(_DT)[keep],
+                         half_sensitivity=half[keep], law=local_count_law(len(keep), device=dev),
+                         dim=dim)
+        return RoundRows(spec=spec, point=keep, target=p[keep] * delta_l.to(_DT)[keep])
     rows, point, target = [], [], []
-    B = channel_noise_var.shape[0]
-    for b in range(B):
-        a = 0.5 * float(sensitivity[b])
-        ch = float(channel_noise_var[b])
-        if uniform:
-            pairs = [(float(participation_prob[b]), float(noise_var[b]))]
-        else:
-            pv = torch.stack([participation_prob[b].to(_DT), noise_var[b].to(_DT)], 1)
-            pv = pv[pv[:, 0] > 0]
-            pairs = [tuple(r) for r in torch.unique(pv, dim=0).tolist()] if len(pv) else []
-        for p, s2 in pairs:
-            if p <= 0:
-                continue
-            rows.append((p, s2, 0.0, ch, a))
+    for b in range(channel_noise_var.shape[0]):
+        pv = torch.stack([participation_prob[b].to(_DT), noise_var[b].to(_DT)], 1)
+        pv = pv[pv[:, 0] > 0]
+        for p, s2 in (torch.unique(pv, dim=0).tolist() if len(pv) else []):
+            rows.append((p, s2, 0.0, float(channel_noise_var[b]), float(half[b])))
             point.append(b)
             target.append(p * float(delta_l[b]))
-    R = len(rows)
-    return RoundRows(spec=_spec(rows, local_count_law(R, device=dev), dim, dev),
+    return RoundRows(spec=_spec(rows, local_count_law(len(rows), device=dev), dim, dev),
                      point=torch.tensor(point, dtype=torch.long, device=dev),
                      target=torch.tensor(target, dtype=_DT, device=dev))
 
 
 def rows_epsilon(rows: RoundRows, num_points: int, *, grid: CellGrid = DEFAULT_GRID
-                 ) -> torch.Tensor:
-    """Worst epsilon over each grid point's rows: [num_points] (0 where it has no row)."""
-    out = torch.zeros(num_points, dtype=_DT, device=rows.point.device)
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Worst epsilon over each grid point's rows, and the smallest n + 1 accounted for.
+
+    Returns ``eps`` [num_points] (0 where a point has no row) and ``fewest`` [num_points],
+    min over its rows of (smallest n in the window) + 1: P(|K_t| < fewest) <= tail mass.
+    """
+    dev = rows.point.device
+    out = torch.zeros(num_points, dtype=_DT, device=dev)
+    fewest = torch.zeros(num_points, dtype=_DT, device=dev)
     if rows.point.numel() == 0:
-        return out
+        return out, fewest
     eps = round_epsilon(rows.target, rows.spec, grid=grid)
-    return out.scatter_reduce(0, rows.point, eps, reduce="amax", include_self=True)
+    n_min = rows.spec.law.n_first[:, 0] + 1
+    fewest = torch.full_like(fewest, math.inf).scatter_reduce(0, rows.point, n_min, reduce="amin")
+    fewest = torch.where(torch.isinf(fewest), torch.zeros_like(fewest), fewest)
+    return out.scatter_reduce(0, rows.point, eps, reduce="amax", include_self=True), fewest
 
 
 # --------------------------------------------------------------------------------------
@@ -905,8 +945,10 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     r"""Per-round LDP and central DP by numerical integration (spec: Accountant ``exact``).
 
     Same arguments as ``paper_round``/``tight_round`` (see
-    :func:`otafl.privacy.accountants.prepare_round`); ``dim`` is required.
-    ``delta_prime`` is validated but unused: there is no concentration step.
+    :func:`otafl.privacy.accountants.prepare_round`). ``dim=None`` gives the
+    dimension-free bound (d -> inf, participation revealed by the norm; valid for every
+    d, cheap, but without the amplification that a finite d leaves). ``delta_prime`` is
+    validated but unused: there is no concentration step.
 
     - central: eps at delta = delta_l of eq. (1) (worst user group, see
       :func:`central_rows`); ``delta_central`` = delta_l, at most ``tight``'s
@@ -921,7 +963,9 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     The RDP views of :class:`RoundBound` are ``None`` (the sampled-Gaussian view is the
     fixed-noise model that ``exact`` does not assume): compose ``exact`` with
     :func:`compose_exact` (privacy-loss distributions), or basic/advanced composition.
-    ``quantile`` is NaN (no quantile is used); ``delta_prime`` is 0.
+    ``quantile`` is the smallest number of participants (n + 1) the central sum keeps:
+    P(|K_t| < quantile) is at most the truncated tail mass, min(1e-12, 1e-6 delta_l),
+    which is charged to delta. ``delta_prime`` is 0.
     """
     from otafl.privacy.accountants import (
         REASON_NO_CENTRAL_NOISE,
@@ -933,9 +977,6 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     x = prepare_round(participation_prob=participation_prob, noise_var=noise_var,
                       alignment_gain=alignment_gain, n0=n0, sensitivity=sensitivity,
                       delta_l=delta_l, delta_prime=delta_prime, users=users, dim=dim)
-    if x.dim is None:
-        raise OtaflInputError("dim = None is outside the allowed range (the exact accountant "
-                              "needs the model dimension d >= 1)")
     b = x.batch
     B = math.prod(b)
     dev = x.participation_prob.device
@@ -954,20 +995,23 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
             else flat(x.noise_var, True)
         users_flat = None
     ch, sens, dl = flat(x.channel_noise_var), flat(x.sensitivity), flat(x.delta_l)
-    dims = flat(x.dim).round().long()
+    dims = flat(x.dim).round().long() if x.dim is not None else torch.zeros(B, dtype=torch.long,
+                                                                           device=dev)
     eps_c = torch.zeros(B, dtype=_DT, device=dev)
     eps_l = torch.zeros(B, dtype=_DT, device=dev)
+    fewest = torch.zeros(B, dtype=_DT, device=dev)
     for d in torch.unique(dims).tolist():
         idx = torch.nonzero(dims == d).reshape(-1)
         sub = lambda t: None if t is None else t[idx]  # noqa: E731
+        dd = None if d == 0 else int(d)
         crow = central_rows(participation_prob=sub(p_all), noise_var=sub(s2_all),
-                            channel_noise_var=sub(ch), sensitivity=sub(sens), dim=int(d),
+                            channel_noise_var=sub(ch), sensitivity=sub(sens), dim=dd,
                             delta=sub(dl), users=sub(users_flat))
         lrow = local_rows(participation_prob=sub(p_all), noise_var=sub(s2_all),
-                          channel_noise_var=sub(ch), sensitivity=sub(sens), dim=int(d),
+                          channel_noise_var=sub(ch), sensitivity=sub(sens), dim=dd,
                           delta_l=sub(dl), uniform=x.uniform)
-        eps_c[idx] = rows_epsilon(crow, len(idx), grid=grid)
-        eps_l[idx] = rows_epsilon(lrow, len(idx), grid=grid)
+        eps_c[idx], fewest[idx] = rows_epsilon(crow, len(idx), grid=grid)
+        eps_l[idx], _ = rows_epsilon(lrow, len(idx), grid=grid)
     shape = lambda t: t.reshape(b)  # noqa: E731
     no_central = (x.min_noise_var == 0) & (x.channel_noise_var == 0)
     no_local = no_central if x.uniform else (
@@ -983,7 +1027,7 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
         epsilon_central=eps_c, delta_central=grid_(x.delta_l), users=grid_(x.users),
         mean_participants=grid_(x.mean_participants),
         delta_prime=grid_(torch.zeros((), dtype=_DT, device=dev)),
-        quantile=grid_(torch.full((), math.nan, dtype=_DT, device=dev)),
+        quantile=fewest.reshape(b),
         central_noise_std=None, central_sampling_rate=None, local_noise_std=None,
         local_sampling_rate=None, sensitivity=grid_(x.sensitivity), classic_valid=grid_(true),
         classic_valid_local=grid_(true), reason=grid_(reason))
@@ -1104,3 +1148,7 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
         total = pld if total is None else total.compose(pld)
     return {"epsilon": float(total.get_epsilon_for_delta(delta_target)), "delta": delta_target,
             "rounds": T, "gap": gap, "distinct_rounds": len(first)}
+
+
+round_bound = exact_round
+"""The registry's name for :func:`exact_round` (``lazy_round_bound("otafl.privacy.exact:round_bound")``)."""
