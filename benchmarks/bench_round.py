@@ -197,9 +197,11 @@ class RoundBench:
             gram = self.input_grams.minibatch(idx) if self.input_grams else None
             self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd, input_gram=gram))
         elif method == "loop":
-            self.finish(method, StackedGradients(*per_user_loop_gradients(model, x, y, weight, weight_decay=wd)))
+            grads, losses = per_user_loop_gradients(model, x, y, weight, weight_decay=wd)
+            self.finish(method, StackedGradients(grads, losses))
         elif method == "opacus":
-            self.finish(method, StackedGradients(*opacus_user_gradients(self.gsm, x, y, weight, weight_decay=wd)))
+            grads, losses = opacus_user_gradients(self.gsm, x, y, weight, weight_decay=wd)
+            self.finish(method, StackedGradients(grads, losses))
         elif method == "vmap":
             self.finish(method, StackedGradients(*per_user_gradients(model, x, y, weight, weight_decay=wd)))
         elif method == "floor":
@@ -307,8 +309,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
-        print(f"device {device}, {args.threads} threads, {args.repeats} repeats x {args.inner} (cheap methods), "
-              f"torch {torch.__version__}")
+        print(f"device {device}, {args.threads} threads, {args.repeats} repeats "
+              f"x {args.inner} (cheap methods), torch {torch.__version__}")
         print(f"{'model':8s}" + "".join(f"{m:>12s}" for m in METHODS) + "   (median ms per round)")
         for key in MODELS:
             print(f"{key:8s}" + "".join(f"{1e3 * out[f'median_s_{m}_{key}']:12.1f}" for m in METHODS))
@@ -317,7 +319,8 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{out[f'speedup_vs_loop_{key}']:.1f}x, opacus {out[f'speedup_vs_opacus_{key}']:.1f}x, "
                   f"vmap {out[f'speedup_vs_vmap_{key}']:.1f}x")
         if "peak_rss_mib" in out:
-            print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: {out['peak_rss_mib']:.0f} MiB")
+            print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: "
+                  f"{out['peak_rss_mib']:.0f} MiB")
     return out
 
 

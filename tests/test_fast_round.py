@@ -58,8 +58,8 @@ def _problem(name: str, seed: int = 0, dtype=torch.float64):
 
 def _setup(dim: int, clip: float, sigma2: float = 0.0, n0: float = 0.0) -> ChannelSetup:
     snr = torch.full((USERS,), 10.0, dtype=torch.float64)
-    return ChannelSetup(power=max_power(snr, dim, n0), noise_var=torch.full((USERS,), sigma2, dtype=torch.float64),
-                        n0=n0, clip=clip, dim=dim)
+    noise_var = torch.full((USERS,), sigma2, dtype=torch.float64)
+    return ChannelSetup(power=max_power(snr, dim, n0), noise_var=noise_var, n0=n0, clip=clip, dim=dim)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -241,6 +241,7 @@ def test_a_training_run_through_the_fast_path_equals_the_vmap_path(monkeypatch):
     monkeypatch.setattr(loop, "user_gradients", functools.partial(user_gradients, method="vmap"))
     slow = loop.run_experiment(load_spec(None, overrides))
     assert 0.0 < fast.summary["final_train_loss"]
-    assert [r["clipped_fraction"] for r in fast.rounds] == pytest.approx([r["clipped_fraction"] for r in slow.rounds])
+    fractions = [r["clipped_fraction"] for r in fast.rounds]
+    assert fractions == pytest.approx([r["clipped_fraction"] for r in slow.rounds])
     assert any(0.0 < r["clipped_fraction"] < 1.0 for r in fast.rounds)
     assert torch.max(torch.abs(captured[0] - captured[1])).item() <= 1e-5

@@ -311,8 +311,9 @@ class InputGrams:
         n, b = idx.shape
         users, max_d, _ = self.local.shape
         slots = self.slot_of[idx]  # [n, b]
-        rows = self.local.view(users * max_d, max_d).index_select(0, (self.user_of[idx] * max_d + slots).view(-1))
-        return torch.gather(rows.view(n, b, max_d), 2, slots[:, None, :].expand(n, b, b))
+        row_of_sample = (self.user_of[idx] * max_d + slots).view(-1)  # row in local viewed [K max_D, max_D]
+        rows = self.local.view(users * max_d, max_d).index_select(0, row_of_sample).view(n, b, max_d)
+        return torch.gather(rows, 2, slots[:, None, :].expand(n, b, b))
 
 
 def supports_ghost(model: nn.Module) -> bool:
