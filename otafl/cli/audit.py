@@ -7,9 +7,10 @@ the worst-case neighbouring pair, evaluate the privacy loss L exactly, and estim
 delta(eps) = E[(1 - e^{eps - L})_+] at the accountant's epsilon, with a Clopper–Pearson
 interval (exact binomial interval on the count of L > eps + E, E ~ Exp(1); see
 :mod:`otafl.privacy.audit`). A claimed delta below the interval's lower end is marked
-``below``: the claim is contradicted by the audit at that confidence (for the ``hidden``
-adversary this is the real threat model; the default ``revealed`` adversary also knows
-the number of other participants, which is what the ``exact`` accountant bounds).
+``below``: the claim is contradicted by the audit at that confidence. The default
+``hidden`` adversary is the real threat model (it knows the law of the participant
+count, not the count); ``others`` and ``total`` also know the number of other / of all
+participants, which is what each of ``exact``'s two conditional bounds charges.
 
 :func:`audit_grid` is the library entry point.
 """
@@ -65,7 +66,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                clip: Sequence[float], snr_db: Sequence[float], accountants: Sequence[str],
                samples: int, seed: int = 0, delta_l: float = 1e-5, delta_prime: float | str = "auto",
                n0: float = 1.0, dim: int = 7850, rounds: int | None = None, scope: str = "central",
-               adversary: str = "revealed", confidence: float = 0.95,
+               adversary: str = "hidden", confidence: float = 0.95,
                device: str | torch.device = "cpu") -> dict[str, Any]:
     """Accountants' bounds and the Monte Carlo audit on the product grid.
 
@@ -231,8 +232,9 @@ def _json_safe(value):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Monte Carlo generator.")
 @click.option("--scope", type=click.Choice(SCOPES), default="central", show_default=True,
               help="Audit central DP, local DP, or both.")
-@click.option("--adversary", type=click.Choice(ADVERSARIES), default="revealed", show_default=True,
-              help="revealed: knows the number of other participants (what exact bounds); hidden: only its law.")
+@click.option("--adversary", type=click.Choice(ADVERSARIES), default="hidden", show_default=True,
+              help="hidden: knows only the law of the participant count (the real threat); others / total: "
+                   "also knows the number of other / of all participants (exact's two conditional bounds).")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Two-sided interval level.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)

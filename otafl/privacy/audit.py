@@ -17,12 +17,14 @@ n other participants from their exact law (binomial, or Poisson-binomial via its
 user k's coin b ~ Bernoulli(p), u ~ N(b a, v), s ~ v chi2_{d-1} with
 v = n sigma_o^2 + N0/c^2 + b sigma_k^2. Two adversaries:
 
-* ``revealed`` (default): the count n is known to the adversary, L = log f_{P_n}/f_{Q_n}.
-  Its delta(eps) is exactly the right side of eq. (1) of :mod:`otafl.privacy.exact`, so
-  the interval should contain ``exact``'s delta (up to its small safe-side slack).
-* ``hidden``: the adversary knows only the law of n (the real threat model):
-  L = log sum_n P(n) f_{P_n} - log sum_n P(n) f_{Q_n}; its delta is the true leakage of
-  the worst-case pair, never above the revealed one.
+* ``hidden`` (default): the adversary knows only the law of the counts (the real threat
+  model): L = log sum_n P(n) f_{P_n} - log sum_n P(n) f_{Q_n}; its delta is the true
+  leakage of the worst-case pair, never above either revealed one.
+* ``others``: the number n of *other* participants is revealed, L = log f_{P_n}/f_{Q_n};
+  its delta is exactly the right side of eq. (1) of :mod:`otafl.privacy.exact`.
+* ``total``: the total count m = n + 1{k takes part} is revealed; its delta is the right
+  side of eq. (5) there. ``exact`` reports the smaller of (1) and (5), so each revealed
+  audit's interval should contain the matching conditional bound.
 
 Several rounds (``rounds`` = T identical independent rounds) compose by adding the
 per-round losses: delta_T(eps) = E[(1 - e^{eps - sum_t L_t})_+].
@@ -43,7 +45,7 @@ from otafl.privacy.exact import RoundSpec
 _DT = torch.float64
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
-ADVERSARIES = ("revealed", "hidden")
+ADVERSARIES = ("hidden", "others", "total")
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,30 @@ def _loss_chunk(spec: RoundSpec, n_vals, n_prob, S, adversary, gen):
     if p >= 1.0:  # everybody's branch is "present": a Gaussian pair
         W = w + s2
         return 2 * u * a / W
-    if adversary == "revealed":
+    if adversary == "total":
+        m = n + b.to(_DT)
+        # pi_m = p P_o(m - 1) / ((1 - p) P_o(m) + p P_o(m - 1)), P_o on the window.
+        lookup = {float(v): float(q) for v, q in zip(n_vals.tolist(), n_prob.tolist())}
+        m_vals = torch.unique(m)
+        prev = torch.tensor([lookup.get(float(v) - 1, 0.0) for v in m_vals.tolist()], dtype=_DT, device=dev)
+        cur = torch.tensor([lookup.get(float(v), 0.0) for v in m_vals.tolist()], dtype=_DT, device=dev)
+        share_m = p * prev / ((1 - p) * cur + p * prev)
+        share = share_m[torch.searchsorted(m_vals, m)]
+        wm = m * so2 + ch
+        Wm = wm + max(s2 - so2, 0.0)
+        both_point = wm <= 0  # m = 0, N0 = 0: only the absent branch, an atom
+        wm_s = torch.where(both_point, torch.ones_like(wm), wm)
+        la = torch.log1p(-share) + _log_gauss(u, wm_s)
+        lp = torch.log(share) + _log_gauss(u - a, Wm)
+        lm = torch.log(share) + _log_gauss(u + a, Wm)
+        if k > 0 and s2 > so2:
+            la = la + _log_chi2_scaled(s, wm_s, k)
+            g = _log_chi2_scaled(s, Wm, k)
+            lp, lm = lp + g, lm + g
+        loss = torch.logaddexp(la, lp) - torch.logaddexp(la, lm)
+        loss = torch.where(share >= 1, 2 * u * a / Wm, loss)
+        return torch.where(both_point | (share <= 0), torch.zeros_like(loss), loss)
+    if adversary == "others":
         W = w + s2
         point = w <= 0  # the absent branch is an atom at (0, 0): loss 0 there
         w_s = torch.where(point, torch.ones_like(w), w)
@@ -177,7 +202,7 @@ def _loss_chunk(spec: RoundSpec, n_vals, n_prob, S, adversary, gen):
 
 
 def audit_round(spec: RoundSpec, epsilon, *, samples: int, generator: torch.Generator,
-                rounds: int = 1, adversary: str = "revealed", confidence: float = 0.95,
+                rounds: int = 1, adversary: str = "hidden", confidence: float = 0.95,
                 chunk: int = 1 << 16) -> AuditResult:
     r"""Monte Carlo estimate of delta(eps) of row 0 of ``spec`` (one user, one round).
 
@@ -189,7 +214,8 @@ def audit_round(spec: RoundSpec, epsilon, *, samples: int, generator: torch.Gene
     samples : number of draws S >= 1 (of T rounds each).
     generator : the only source of randomness (its device is used).
     rounds : T identical independent rounds (losses add).
-    adversary : "revealed" (knows n) or "hidden" (knows only its law).
+    adversary : "hidden" (knows only the laws of the counts), "others" (knows n) or
+        "total" (knows m = n + 1{k takes part}).
     confidence : two-sided level of the Clopper–Pearson interval.
 
     Returns

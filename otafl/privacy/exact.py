@@ -462,20 +462,24 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     up = p * gauss  # the point-mass case, and p = 1 (pi = 1 everywhere)
     lo = up.clone()
     todo = ~point_mass & ~never & (p < 1) & (dim is not None)
-    if bool(todo.any()):
-        sel = lambda t: t[todo]  # noqa: E731
-        if dim == 1:
-            u1, l1 = mixture_hockey_stick(sel(eps), torch.logit(sel(p)), sel(w), sel(W), sel(a))
+    # s is ancillary when both branches have the same variance (or d = 1): 1-D problem.
+    flat = todo & ((s2 == 0) | (dim == 1))
+    cell = todo & ~flat
+    if bool(flat.any()):
+        sel = lambda t: t[flat]  # noqa: E731
+        u1, l1 = mixture_hockey_stick(sel(eps), torch.logit(sel(p)), sel(w), sel(W), sel(a))
+        up = up.masked_scatter(flat, u1)
+        lo = lo.masked_scatter(flat, l1)
+    if bool(cell.any()):
+        sel = lambda t: t[cell]  # noqa: E731
+        if cells is None:
+            c = s_cells(sel(p), sel(w), sel(s2), dim, grid)
         else:
-            if cells is None:
-                c = s_cells(sel(p), sel(w), sel(s2), dim, grid)
-            else:
-                c = SCells(*(t.expand(*shape, t.shape[-1]).reshape(-1, t.shape[-1])[todo]
-                             for t in (cells.log_odds, cells.present_mass,
-                                       cells.mixture_mass)))
-            u1, l1 = _s_integral(sel(eps), sel(p), sel(w), sel(s2), sel(a), sel(gauss), c)
-        up = up.masked_scatter(todo, u1)
-        lo = lo.masked_scatter(todo, l1)
+            c = SCells(*(t.expand(*shape, t.shape[-1]).reshape(-1, t.shape[-1])[cell]
+                         for t in (cells.log_odds, cells.present_mass, cells.mixture_mass)))
+        u1, l1 = _s_integral(sel(eps), sel(p), sel(w), sel(s2), sel(a), sel(gauss), c)
+        up = up.masked_scatter(cell, u1)
+        lo = lo.masked_scatter(cell, l1)
     up = torch.where(never, torch.zeros_like(up), up.clamp(max=1.0))
     lo = torch.where(never, torch.zeros_like(lo), lo)
     return up.reshape(shape), lo.reshape(shape)
@@ -502,14 +506,48 @@ class CountLaw:
     dropped: torch.Tensor
 
 
+def _law_from_windows(starts: list[int], windows: list[torch.Tensor], dropped: torch.Tensor,
+                      block_rel_width: float) -> CountLaw:
+    """CountLaw from per-row windows: row b has P(n = starts[b] + i) = windows[b][i].
+
+    Inside a window n is exact up to n = 1 / block_rel_width; beyond, consecutive n are
+    lumped into blocks of width floor(block_rel_width * n) (safe by monotonicity in n).
+    """
+    dev = dropped.device
+    rows = []
+    for lb, pw in zip(starts, windows):
+        hb = lb + len(pw) - 1
+        if block_rel_width * hb < 1.0:
+            n = torch.arange(lb, hb + 1, dtype=_DT, device=dev)
+            rows.append((n, n, pw))
+            continue
+        firsts = []
+        n = lb
+        while n <= hb:
+            firsts.append(n)
+            n += max(1, int(block_rel_width * n))
+        first = torch.tensor(firsts, dtype=torch.long, device=dev)
+        last = torch.cat([first[1:] - 1, first.new_tensor([hb])])
+        block = torch.searchsorted(first, torch.arange(lb, hb + 1, device=dev), right=True) - 1
+        weight = pw.new_zeros(len(firsts)).index_add_(0, block, pw)
+        rows.append((first.to(_DT), last.to(_DT), weight))
+    N = max(len(r[0]) for r in rows)
+
+    def pad(t, val):
+        return torch.cat([t, t.new_full((N - len(t),), val)])
+
+    return CountLaw(n_first=torch.stack([pad(r[0], float(r[0][-1])) for r in rows]),
+                    n_last=torch.stack([pad(r[1], float(r[1][-1])) for r in rows]),
+                    weight=torch.stack([pad(r[2].clamp(min=0.0), 0.0) for r in rows]),
+                    dropped=dropped.clamp(min=0.0))
+
+
 def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float) -> CountLaw:
     """Window each row of ``pmf`` [B, M] to all but ``tail_mass`` and lump into blocks.
 
     The window of row b is [lo_b, hi_b] with P(n < lo_b) <= tail_mass / 2 and
     P(n > hi_b) <= tail_mass / 2 (tails summed from their own ends, so small masses stay
-    exact). Inside it, n is exact up to n = 1 / block_rel_width; beyond, consecutive n
-    are lumped into blocks of width floor(block_rel_width * n) (monotonicity in n).
-    ``tail_mass`` is a float or a [B] tensor.
+    exact). ``tail_mass`` is a float or a [B] tensor.
     """
     B, M = pmf.shape
     dev = pmf.device
@@ -523,40 +561,18 @@ def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float) -> Co
     zero = pmf.new_zeros(B)
     below = torch.where(lo > 0, cdf.gather(1, (lo - 1).clamp(min=0)[:, None])[:, 0], zero)
     above = torch.where(hi + 1 < M, sf.gather(1, (hi + 1).clamp(max=M - 1)[:, None])[:, 0], zero)
-    dropped = (below + above).clamp(min=0.0)
-    if block_rel_width * float(hi.max()) < 1.0:  # every block is a single n
-        N = int((hi - lo).max()) + 1
-        n = lo[:, None] + torch.arange(N, device=dev)[None]
-        inside = n <= hi[:, None]
-        n = torch.minimum(n, hi[:, None])
-        weight = torch.where(inside, pmf.gather(1, n), pmf.new_zeros(()))
-        return CountLaw(n_first=n.to(_DT), n_last=n.to(_DT), weight=weight, dropped=dropped)
-    rows = []
-    for b in range(B):
-        lb, hb = int(lo[b]), int(hi[b])
-        firsts = []
-        n = lb
-        while n <= hb:
-            firsts.append(n)
-            n += max(1, int(block_rel_width * n))
-        first = torch.tensor(firsts, dtype=torch.long, device=dev)
-        last = torch.cat([first[1:] - 1, first.new_tensor([hb])])
-        block = torch.searchsorted(first, torch.arange(lb, hb + 1, device=dev), right=True) - 1
-        weight = pmf.new_zeros(len(firsts)).index_add_(0, block, pmf[b, lb:hb + 1])
-        rows.append((first.to(_DT), last.to(_DT), weight))
-    N = max(len(r[0]) for r in rows)
-
-    def pad(t, val):
-        return torch.cat([t, t.new_full((N - len(t),), val)])
-
-    return CountLaw(n_first=torch.stack([pad(r[0], float(r[0][-1])) for r in rows]),
-                    n_last=torch.stack([pad(r[1], float(r[1][-1])) for r in rows]),
-                    weight=torch.stack([pad(r[2], 0.0) for r in rows]), dropped=dropped)
+    starts = lo.tolist()
+    windows = [pmf[b, lb:hb + 1] for b, (lb, hb) in enumerate(zip(starts, hi.tolist()))]
+    return _law_from_windows(starts, windows, below + above, block_rel_width)
 
 
 def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
                        tail_mass=1e-12, block_rel_width: float = 1e-3) -> CountLaw:
     """Law of n ~ Binomial(num_others, p) for uniform participation, without users.
+
+    Only the window [ppf(tail/2), isf(tail/2)] is materialised; its pmf and the two tail
+    masses come from scipy's binomial distribution (Boost's accurate pmf and incomplete
+    beta), so K = 10^6 users costs a window of ~10^4 counts, not 10^6.
 
     Parameters
     ----------
@@ -565,16 +581,24 @@ def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
     tail_mass : float or [B]: mass the window may leave out (it is added to delta).
     block_rel_width : blocks n..n + floor(rel n) are lumped (exact below n = 1 / rel).
     """
+    import numpy as np
+    from scipy.stats import binom
+
     p = torch.as_tensor(participation_prob, dtype=_DT).reshape(-1)
-    N = torch.as_tensor(num_others, dtype=_DT, device=p.device).reshape(-1).expand(p.shape[0])
-    k = torch.arange(int(N.max()) + 1, dtype=_DT, device=p.device)[None]
-    Nc = N[:, None]
-    valid = k <= Nc
-    kk = torch.minimum(k, Nc)
-    logpmf = (torch.lgamma(Nc + 1) - torch.lgamma(kk + 1) - torch.lgamma(Nc - kk + 1)
-              + torch.special.xlogy(kk, p[:, None]) + torch.special.xlogy(Nc - kk, 1 - p[:, None]))
-    pmf = torch.where(valid, torch.exp(logpmf), torch.zeros_like(logpmf))
-    return _blocks_from_pmf(pmf, tail_mass, block_rel_width)
+    dev = p.device
+    B = p.shape[0]
+    N = torch.as_tensor(num_others, dtype=_DT).reshape(-1).expand(B).cpu().numpy().astype(np.int64)
+    tm = torch.as_tensor(tail_mass, dtype=_DT).reshape(-1).expand(B).cpu().numpy()
+    pn = p.cpu().numpy()
+    lo = np.maximum(binom.ppf(tm / 2, N, pn), 0).astype(np.int64)
+    hi = np.minimum(binom.isf(tm / 2, N, pn), N).astype(np.int64)
+    hi = np.maximum(hi, lo)
+    below = np.where(lo > 0, binom.cdf(lo - 1, N, pn), 0.0)
+    above = np.where(hi < N, binom.sf(hi, N, pn), 0.0)
+    windows = [torch.as_tensor(binom.pmf(np.arange(lb, hb + 1), n, q), dtype=_DT, device=dev)
+               for lb, hb, n, q in zip(lo, hi, N, pn)]
+    return _law_from_windows(lo.tolist(), windows,
+                             torch.as_tensor(below + above, dtype=_DT, device=dev), block_rel_width)
 
 
 def poisson_binomial_count_law(others_prob: torch.Tensor, *, tail_mass: float = 1e-12,
@@ -626,11 +650,58 @@ def _col(t: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class TotalLaw:
+    """The round seen through the *total* count m = n + 1{k takes part} (eq. 5).
+
+    Attributes ([B, M], float64): ``m`` counts, ``weight`` P(m), ``share`` pi_m =
+    P(k takes part | m); ``dropped`` [B] the mass outside (added to delta).
+    """
+
+    m: torch.Tensor
+    weight: torch.Tensor
+    share: torch.Tensor
+    dropped: torch.Tensor
+
+
+def total_count_law(spec: RoundSpec) -> TotalLaw | None:
+    r"""Law of the total count m and P(k in | m), from the window of the others' law.
+
+    Conditioning on m instead of n is the other natural use of joint convexity (the law
+    of m does not depend on the data either):
+
+        P = sum_m P(m) [(1 - pi_m) N(0, w_m) + pi_m N(+a, W_m)],                        (5)
+        w_m = m sigma_o^2 + N0/c^2,  W_m = w_m + sigma_k^2 - sigma_o^2,
+        P(m) = (1 - p) P_o(m) + p P_o(m - 1),  pi_m = p P_o(m - 1) / P(m),
+
+    P_o the law of the others. With sigma_k = sigma_o both branches have the same
+    variance: s no longer tells whether k took part, and (5) is a family of 1-D
+    subsampled-Gaussian pairs with rate pi_m (about p) and all m participants' noise.
+    Only outcomes with n in the window [lo, hi] enter (m in [lo, hi + 1]; at m = lo
+    only "k absent" is in the window, pi = 0; at m = hi + 1 only "k present", pi = 1);
+    the rest is the same dropped mass as for eq. (1). None when the law lumps blocks.
+    """
+    law = spec.law
+    if not torch.equal(law.n_first, law.n_last) or law.n_first.shape[1] < 1:
+        return None
+    p = spec.participation_prob.to(_DT)[:, None]
+    wt = law.weight  # P_o(lo + j), j = 0..N-1 (zero on padding)
+    zero = wt.new_zeros(wt.shape[0], 1)
+    absent = (1 - p) * torch.cat([wt, zero], 1)   # k absent, n = m
+    present = p * torch.cat([zero, wt], 1)        # k present, n = m - 1
+    weight = absent + present
+    share = torch.where(weight > 0, present / weight.clamp(min=1e-300), torch.zeros_like(weight))
+    m = law.n_first[:, :1] + torch.arange(wt.shape[1] + 1, dtype=_DT, device=wt.device)
+    return TotalLaw(m=m, weight=weight, share=share, dropped=law.dropped.clamp(max=1.0))
+
+
+@dataclass(frozen=True)
 class RoundCells:
-    """Prebuilt s cells for a round: rows [B, 1, N] at n_first (upper) and n_last (lower)."""
+    """Prebuilt s cells of a round, rows [B, 1, N]: others' count at n_first (upper) and
+    n_last (lower), and the total count (``total``, None when s is ancillary there)."""
 
     first: SCells | None
     last: SCells | None
+    total: SCells | None = None
 
 
 def _round_params(spec: RoundSpec):
@@ -643,28 +714,44 @@ def _round_params(spec: RoundSpec):
     return p, s2, a, w_first, w_last
 
 
+def _total_params(spec: RoundSpec, total: TotalLaw):
+    so2, s2, ch = (_col(t.to(_DT))[:, :, None] for t in (
+        spec.others_noise_var, spec.own_noise_var, spec.channel_noise_var))
+    w = total.m[:, None, :] * so2 + ch
+    extra = (s2 - so2).clamp(min=0.0)
+    return total.share[:, None, :], w, extra
+
+
 def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID) -> RoundCells:
     """Build the eps-independent s cells of a round once (reused by every eps)."""
     if spec.dim is None or spec.dim == 1:
         return RoundCells(None, None)
     p, s2, _, w_first, w_last = _round_params(spec)
 
-    def build(w):
+    def build(p, w, s2):
         pb, wb, sb = torch.broadcast_tensors(p, w, s2)
-        ok = (wb > 0) & (pb > 0) & (pb < 1)
+        ok = (wb > 0) & (pb > 0) & (pb < 1) & (sb > 0)
         # Rows that conditional_delta does not integrate get harmless placeholders.
         pb = torch.where(ok, pb, torch.full_like(pb, 0.5))
         wb = torch.where(ok, wb, torch.ones_like(wb))
+        sb = torch.where(ok, sb, torch.ones_like(sb))
         return s_cells(pb, wb, sb, spec.dim, grid)
 
-    first = build(w_first)
-    last = first if torch.equal(spec.law.n_first, spec.law.n_last) else build(w_last)
-    return RoundCells(first, last)
+    first = build(p, w_first, s2)
+    last = first if torch.equal(spec.law.n_first, spec.law.n_last) else build(p, w_last, s2)
+    total = total_count_law(spec)
+    tcells = None
+    if total is not None:
+        share, w, extra = _total_params(spec, total)
+        if bool((extra > 0).any()):
+            tcells = build(share, w, extra)
+    return RoundCells(first, last, tcells)
 
 
 def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
-                cells: RoundCells | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Bounds on the round's profile, eq. (1): delta(eps) <= sum_n P(n) delta_n(eps).
+                cells: RoundCells | None = None, conditioning: str = "best"
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Bounds on the round's profile by joint convexity, eq. (1) and eq. (5).
 
     Parameters
     ----------
@@ -672,14 +759,18 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     spec : the round, batched over B.
     grid : s cells (ignored when ``cells`` is given).
     cells : ``round_cells(spec, grid)``, to reuse across calls.
+    conditioning : "others" (reveal n, eq. 1), "total" (reveal m, eq. 5) or "best" (the
+        smaller of the two; both are upper bounds on the same delta).
 
     Returns
     -------
-    upper : same shape as ``eps``; sum over blocks of weight * delta_{n_first} (upper
-        bound) plus ``law.dropped``. This is the reported value.
-    lower : sum over blocks of weight * lower bound of delta_{n_last}; a lower bound on
-        the right side of (1) (not on the true leakage), for error reporting.
+    upper : same shape as ``eps``: the reported upper bound (block weights times delta
+        at each block's smallest n, plus the dropped mass).
+    lower : lower bound on the same sum (not on the true leakage), for error reporting.
     """
+    if conditioning not in ("best", "others", "total"):
+        raise OtaflInputError(f"conditioning = {conditioning!r} is outside the allowed range "
+                              "{best, others, total}")
     eps = torch.as_tensor(eps, dtype=_DT)
     squeeze = eps.dim() == 1
     if squeeze:
@@ -689,15 +780,30 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     law = spec.law
     p, s2, a, w_first, w_last = _round_params(spec)
     e = eps[:, :, None]
-    up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
-                               half_sensitivity=a, dim=spec.dim, cells=cells.first)
-    if cells.last is not cells.first:
-        _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last,
-                                  own_noise_var=s2, half_sensitivity=a, dim=spec.dim,
-                                  cells=cells.last)
-    wgt = law.weight[:, None, :]
-    upper = ((wgt * up).sum(-1) + law.dropped[:, None]).clamp(max=1.0)
-    lower = (wgt * lo).sum(-1)
+    upper = lower = None
+    if conditioning in ("best", "others"):
+        up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
+                                   half_sensitivity=a, dim=spec.dim, cells=cells.first)
+        if cells.last is not cells.first:
+            _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last,
+                                      own_noise_var=s2, half_sensitivity=a, dim=spec.dim,
+                                      cells=cells.last)
+        wgt = law.weight[:, None, :]
+        upper = ((wgt * up).sum(-1) + law.dropped[:, None]).clamp(max=1.0)
+        lower = (wgt * lo).sum(-1)
+    total = total_count_law(spec) if conditioning in ("best", "total") else None
+    if total is not None:
+        share, w, extra = _total_params(spec, total)
+        up, lo = conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=extra,
+                                   half_sensitivity=a, dim=spec.dim, cells=cells.total)
+        wgt = total.weight[:, None, :]
+        t_up = ((wgt * up).sum(-1) + total.dropped[:, None]).clamp(max=1.0)
+        t_lo = (wgt * lo).sum(-1)
+        upper = t_up if upper is None else torch.minimum(upper, t_up)
+        lower = t_lo if lower is None else torch.minimum(lower, t_lo)
+    elif upper is None:
+        raise OtaflInputError("conditioning = 'total' needs the law of n per count "
+                              "(fewer than 1 / block_rel_width users)")
     if squeeze:
         return upper[:, 0], lower[:, 0]
     return upper, lower
@@ -737,6 +843,13 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     f_lo = f(lo)
     zero = f_lo <= 0
     hi = torch.ones(B, dtype=_DT, device=dev)
+    if spec.dim is not None and spec.dim > 1:
+        # Start from the dimension-free bound (closed form per n, cheap): it is an upper
+        # bound on delta, so its eps brackets ours from above.
+        free = RoundSpec(spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
+                         spec.channel_noise_var, spec.half_sensitivity, spec.law, None)
+        e_free = round_epsilon(t, free, xtol=1e-3, max_eps=max_eps)
+        hi = torch.where(torch.isfinite(e_free) & (e_free > 0), e_free, hi)
     f_hi = f(hi)
     while True:
         grow = (f_hi > 0) & ~zero & (hi < max_eps)
