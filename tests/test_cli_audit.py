@@ -1,0 +1,49 @@
+"""``otafl audit`` through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from otafl.cli.main import cli
+
+SMALL = ["audit", "--users", "30", "--p", "0.5", "--sigma2", "0.5", "--dim", "20", "--n0", "1",
+         "--samples", "20000", "--seed", "4"]
+
+
+def test_json_rows_put_every_accountant_beside_the_audit():
+    result = CliRunner().invoke(cli, SMALL + ["--format", "json", "--scope", "both"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    rows = out["rows"]
+    assert {r["accountant"] for r in rows} == {"paper", "tight", "exact"}
+    assert {r["scope"] for r in rows} == {"central", "local"}
+    for r in rows:
+        if r["epsilon"] is not None:
+            assert r["audit_lower"] <= r["audit_delta"] <= r["audit_upper"] or r["hits"] == 0
+            assert r["verdict"] in ("ok", "below")
+    exact = [r for r in rows if r["accountant"] == "exact" and r["scope"] == "central"][0]
+    assert exact["delta"] == 1e-5 and exact["verdict"] == "ok"
+    assert out["meta"]["samples"] == 20000 and out["meta"]["adversary"] == "hidden"
+
+
+def test_table_and_csv_formats_and_seeded_reproducibility():
+    runner = CliRunner()
+    table = runner.invoke(cli, SMALL + ["--accountant", "exact"])
+    assert table.exit_code == 0, table.output
+    assert "audit_delta" in table.output and "Clopper-Pearson" in table.output
+    first = runner.invoke(cli, SMALL + ["--accountant", "exact", "--format", "csv"])
+    again = runner.invoke(cli, SMALL + ["--accountant", "exact", "--format", "csv"])
+    assert first.exit_code == 0 and first.output == again.output
+    assert first.output.splitlines()[0].startswith("users,p,sigma2,clip,snr_db,scope,rounds,accountant")
+
+
+def test_bad_input_is_one_line_with_exit_code_2():
+    runner = CliRunner()
+    for args in (["--samples", "0"], ["--p", "1.5"], ["--accountant", "magic"], ["--adversary", "oracle"],
+                 ["--dim", "0"]):
+        result = runner.invoke(cli, ["audit", "--samples", "100"] + args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:"), (args, result.output)
