@@ -746,7 +746,8 @@ def _total_params(spec: RoundSpec, total: TotalLaw):
     return total.share[:, None, :], w, extra
 
 
-def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID) -> RoundCells:
+def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID,
+                conditioning: str = "best") -> RoundCells:
     """Build the eps-independent s cells of a round once (reused by every eps)."""
     if spec.dim is None or spec.dim == 1:
         return RoundCells(None, None)
@@ -761,9 +762,11 @@ def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID) -> RoundCells:
         sb = torch.where(ok, sb, torch.ones_like(sb))
         return s_cells(pb, wb, sb, spec.dim, grid)
 
-    first = build(p, w_first, s2)
-    last = first if torch.equal(spec.law.n_first, spec.law.n_last) else build(p, w_last, s2)
-    total = total_count_law(spec)
+    first = last = None
+    if conditioning in ("best", "others"):
+        first = build(p, w_first, s2)
+        last = first if torch.equal(spec.law.n_first, spec.law.n_last) else build(p, w_last, s2)
+    total = total_count_law(spec) if conditioning in ("best", "total") else None
     tcells = None
     if total is not None:
         share, w, extra = _total_params(spec, total)
@@ -800,7 +803,7 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     if squeeze:
         eps = eps[:, None]
     if cells is None:
-        cells = round_cells(spec, grid)
+        cells = round_cells(spec, grid, conditioning)
     law = spec.law
     p, s2, a, w_first, w_last = _round_params(spec)
     e = eps[:, :, None]
@@ -833,8 +836,18 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     return upper, lower
 
 
+def take_rows(spec: RoundSpec, idx: torch.Tensor) -> RoundSpec:
+    """The rows ``idx`` of a batched RoundSpec."""
+    law = spec.law
+    return RoundSpec(spec.participation_prob[idx], spec.own_noise_var[idx],
+                     spec.others_noise_var[idx], spec.channel_noise_var[idx],
+                     spec.half_sensitivity[idx],
+                     CountLaw(law.n_first[idx], law.n_last[idx], law.weight[idx], law.dropped[idx]),
+                     spec.dim)
+
+
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
-                  grid: CellGrid = DEFAULT_GRID,
+                  grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
                   xtol: float = 1e-9, max_eps: float = 1e4) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
@@ -843,10 +856,16 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     regula falsi (bisection where a step leaves the bracket). The returned value is the
     upper end of the final bracket, so delta(eps) <= delta_target holds there.
 
+    With ``conditioning="best"`` the eps of eq. (5) (cheap: 1-D when the noises are equal)
+    is found first; eq. (1) is solved only for rows where its delta at that eps is
+    already below the target (then, and only then, its eps is smaller). The result is
+    min(eps_(1), eps_(5)), the eps of min(delta_(1), delta_(5)).
+
     Parameters
     ----------
     delta_target : [B] or scalar, float64 in (0, 1).
     spec : the round, batched over B.
+    conditioning : "best", "others" (eq. 1) or "total" (eq. 5).
 
     Returns
     -------
@@ -856,11 +875,22 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     dev = spec.participation_prob.device
     t = torch.as_tensor(delta_target, dtype=_DT, device=dev).expand(B).clone()
     log_t = torch.log(t)
-
-    cells = round_cells(spec, grid)
+    if conditioning == "best" and total_count_law(spec) is not None:
+        kw = dict(grid=grid, xtol=xtol, max_eps=max_eps)
+        e_t = round_epsilon(t, spec, conditioning="total", **kw)
+        probe = torch.where(torch.isfinite(e_t), e_t, torch.full_like(e_t, max_eps))
+        d_o, _ = round_delta(probe, spec, grid=grid, conditioning="others")
+        need = torch.nonzero((d_o <= t) | ~torch.isfinite(e_t)).reshape(-1)
+        if need.numel():
+            e_o = round_epsilon(t[need], take_rows(spec, need), conditioning="others", **kw)
+            e_t[need] = torch.minimum(e_t[need], e_o)
+        return e_t
+    if conditioning == "best":
+        conditioning = "others"
+    cells = round_cells(spec, grid, conditioning)
 
     def f(x):
-        up, _ = round_delta(x, spec, cells=cells)
+        up, _ = round_delta(x, spec, cells=cells, conditioning=conditioning)
         return torch.log(up) - log_t
 
     lo = torch.zeros(B, dtype=_DT, device=dev)
@@ -872,7 +902,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         # bound on delta, so its eps brackets ours from above.
         free = RoundSpec(spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
                          spec.channel_noise_var, spec.half_sensitivity, spec.law, None)
-        e_free = round_epsilon(t, free, xtol=1e-3, max_eps=max_eps)
+        e_free = round_epsilon(t, free, xtol=1e-3, max_eps=max_eps, conditioning=conditioning)
         hi = torch.where(torch.isfinite(e_free) & (e_free > 0), e_free, hi)
     f_hi = f(hi)
     while True:
@@ -1195,6 +1225,28 @@ def _facts_rows(f, kind: str, delta_l: float, delta_target: float) -> RoundRows:
                       dim=int(f.dim), delta_l=sens.new_tensor([delta_l]), uniform=False)
 
 
+def _lower_convex_envelope(x, y):
+    """Greatest convex minorant of the points (x_i, y_i) (x increasing), at the x_i.
+
+    A true privacy profile is convex in x = e^eps; where it lies below every point it
+    lies below this envelope too, so replacing min(delta_(1), delta_(5)) (not convex in
+    general) by its envelope keeps the connect-the-dots PLD pessimistic.
+    """
+    import numpy as np
+
+    hull = [0]
+    for i in range(1, len(x)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # drop b if it lies on or above the segment a -> i
+            if (y[b] - y[a]) * (x[i] - x[a]) >= (y[i] - y[a]) * (x[b] - x[a]):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    return np.interp(x, x[hull], y[hull])
+
+
 def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: int | None = None,
                   points: int = 64, grid: CellGrid = DEFAULT_GRID, chunk: int = 8) -> dict:
     r"""Total epsilon over rounds of the ``exact`` accountant, via privacy-loss distributions.
@@ -1210,6 +1262,8 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
     Kumar & Manurangsi 2022, Alg. 1; ``create_pmf_pessimistic_connect_dots_fixed_gap``),
     whose profile is the chord through the points, above every convex profile through
     (or below) them; the PLDs are composed by FFT and converted at ``delta_target``.
+    Since the reported profile is min(delta_(1), delta_(5)), which need not be convex, its
+    greatest convex minorant in e^eps is used (still above the true, convex, profile).
 
     Parameters
     ----------
@@ -1276,6 +1330,7 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
                          for i in range(0, points + 1, chunk)]).cpu().numpy()
         pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
         e_np = eps_grid.numpy()
+        pos = _lower_convex_envelope(np.exp(e_np), pos)
         neg = 1.0 - np.exp(-e_np) + np.exp(-e_np) * pos  # delta(-eps_i)
         deltas = np.concatenate([neg[::-1], pos[1:]])
         pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -points, points, deltas)
