@@ -485,10 +485,11 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     never = p <= 0
     up = p * gauss  # the point-mass case, and p = 1 (pi = 1 everywhere)
     lo = up.clone()
-    todo = ~point_mass & ~never & (p < 1) & (dim is not None)
-    # s is ancillary when both branches have the same variance (or d = 1): 1-D problem.
+    todo = ~point_mass & ~never & (p < 1)
+    # s is ancillary when both branches have the same variance (or d = 1): a 1-D problem
+    # for every d, including the dimension-free limit (dim=None).
     flat = todo & ((s2 == 0) | (dim == 1))
-    cell = todo & ~flat
+    cell = todo & ~flat & (dim is not None)
     if bool(flat.any()):
         sel = lambda t: t[flat]  # noqa: E731
         u1, l1 = mixture_hockey_stick(sel(eps), torch.logit(sel(p)), sel(w), sel(W), sel(a))
