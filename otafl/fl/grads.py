@@ -338,6 +338,17 @@ def ghost_is_cheaper(batch: int, in_features: int, out_features: int, *,
     return gram_cost < batch * in_features * out_features
 
 
+def _sqrt(x: Tensor) -> Tensor:
+    """Element-wise sqrt of x >= 0, as 1 / rsqrt(x) (so sqrt(0) = 1 / inf = 0; <= 2 ulp).
+
+    On CPU, ``torch.sqrt`` goes through MKL's vector-math library, which (torch 2.13 CPU
+    wheel, 2 threads) opens an OpenMP parallel region even for a few hundred elements; when
+    another process holds the other core, that waits for a scheduler time slice, ~10 ms per
+    call. ``torch.rsqrt`` and ``reciprocal`` use ATen's own vectorised kernels.
+    """
+    return torch.rsqrt(x).reciprocal_()
+
+
 def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                     weight_decay: float = 0.0, ghost: bool | None = None,
                     input_gram: Tensor | None = None) -> GhostGradients:
@@ -418,7 +429,7 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
     if weight_decay:
         w_sq = flat_params.square().sum()
         sq_norms = sq_norms + 2.0 * weight_decay * cross + weight_decay * weight_decay * w_sq
-    norms = torch.sqrt(torch.clamp(sq_norms, min=0.0))
+    norms = _sqrt(torch.clamp(sq_norms, min=0.0))
     dim = sum(p.numel() for p in model.parameters())
     return GhostGradients(terms, norms, losses.detach(), dim, weight_decay, flat_params)
 
