@@ -39,7 +39,8 @@ def t(v):
 
 def balle_wang_delta(eps, sens, std):
     """Balle & Wang (2018) Thm 8 with scipy: Phi(D/2s - eps s/D) - e^eps Phi(-D/2s - eps s/D)."""
-    return norm.cdf(sens / (2 * std) - eps * std / sens) - math.exp(eps) * norm.cdf(-sens / (2 * std) - eps * std / sens)
+    z = eps * std / sens
+    return norm.cdf(sens / (2 * std) - z) - math.exp(eps) * norm.cdf(-sens / (2 * std) - z)
 
 
 def balle_wang_epsilon(delta, sens, std):
