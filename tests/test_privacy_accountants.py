@@ -115,12 +115,16 @@ def test_undefined_points_are_infinite_with_a_reason_and_do_not_raise():
     for name in sorted(ACCOUNTANTS):
         b = ACCOUNTANTS[name].round_bound(participation_prob=p, users=200, noise_var=sigma2, sensitivity=2.0,
                                           alignment_gain=1.0, n0=0.0, delta_l=1e-5)
-        # p = 0.02: mu = 4, auto delta' = 2 exp(-0.16) + 1e-5 > 1.
-        assert b.reason[0] & REASON_DELTA_PRIME and b.epsilon_central[0] == math.inf
         assert b.reason[1] == 0 and math.isfinite(b.epsilon_central[1])
         # sigma^2 = 0 and N0 = 0: nothing protects anybody.
         assert b.reason[2] & REASON_NO_LOCAL_NOISE and b.reason[2] & REASON_NO_CENTRAL_NOISE
         assert b.epsilon_central[2] == math.inf and b.epsilon_local[2] == math.inf
+        if name == "exact":
+            # no concentration step: p = 0.02 (mu = 4) still has a finite exact bound
+            assert b.reason[0] == 0 and math.isfinite(b.epsilon_central[0])
+            continue
+        # p = 0.02: mu = 4, auto delta' = 2 exp(-0.16) + 1e-5 > 1.
+        assert b.reason[0] & REASON_DELTA_PRIME and b.epsilon_central[0] == math.inf
         assert b.defined.tolist() == [False, True, False]
     # Hoeffding: a fixed delta' too small for mu. `tight`'s exact quantile is then 0
     # (P(|K_t| = 0) = 0.9^200 > 1e-30): only the channel noise is left to protect.

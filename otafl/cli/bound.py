@@ -207,7 +207,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     rows_by_acc = {}
     for acc in accs:
         bound = acc.bound(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L, alignment_gain=c,
-                          n0=n0, delta_l=delta_l, delta_prime=delta_prime)
+                          n0=n0, delta_l=delta_l, delta_prime=delta_prime, dim=int(dim))
         if T is not None:
             per_round = bound
             bound = _worst_round(per_round)

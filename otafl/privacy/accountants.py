@@ -481,6 +481,8 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "paper": Accountant("paper", paper_round, "the paper's closed forms: Hoeffding quantile, classic Gaussian"),
     "tight": Accountant("tight", tight_round,
                         "exact Poisson-binomial quantile, analytic Gaussian, channel noise included"),
+    "exact": Accountant("exact", lazy_round_bound("otafl.privacy.exact:round_bound"),
+                        "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
 }
 """Accountants by name (``click.Choice(sorted(ACCOUNTANTS))``)."""
 
