@@ -88,6 +88,7 @@ class EstimatorSpec:
 class TrainSpec:
     rounds: int = 100
     aggregation: str = "ota"  # ota | ideal (noiseless: every sampled gradient received exactly)
+    superposition: str = "aggregate"  # aggregate: one N(0, sigma_z^2 I) draw (equal in law) | per-user: every x_k
     optimizer: str = "adam"  # adam | sgd
     lr: float = 1e-3
     weight_decay: float = 0.0  # Omega: loss + Omega/2 ||w||^2
@@ -342,6 +343,7 @@ def validate(spec: Spec) -> None:
     _names("estimator.kind", e.kind, ("known", "unknown"))
     check_range("train.rounds", tr.rounds, 1, None)
     _names("train.aggregation", tr.aggregation, ("ota", "ideal"))
+    _names("train.superposition", tr.superposition, ("aggregate", "per-user"))
     _names("train.optimizer", tr.optimizer, ("adam", "sgd"))
     check_range("train.lr", tr.lr, 0, None, lo_open=True)
     check_range("train.weight_decay", tr.weight_decay, 0, None)

@@ -105,3 +105,12 @@ def test_ideal_single_layer_learns_embedded_mnist():
                             "privacy.accountants=[]"])
     r = run_experiment(spec)
     assert r.summary["final_test_accuracy"] >= 0.85
+
+
+def test_per_user_superposition_matches_aggregate_without_noise_and_differs_with_it():
+    quiet = SMALL + ["sampling.p=1.0", "transmit.sigma2=0.0", "channel.n0=0.0"]
+    w_agg, _ = _final_weights(quiet + ["train.superposition='aggregate'"])
+    w_per, _ = _final_weights(quiet + ["train.superposition='per-user'"])
+    assert torch.max(torch.abs(w_agg - w_per)).item() <= 1e-5
+    r = run_experiment(load_spec(None, SMALL + ["train.superposition='per-user'"]))
+    assert max(rec["max_power_ratio"] for rec in r.rounds) <= 1.0 + 1e-12

@@ -158,7 +158,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             grads = StackedGradients(x_train.new_zeros(0, dim))
             train_loss, clipped_fraction = math.nan, math.nan
         if train:
-            agg = aggregate(grads, h, active, setup, gens["noise"])
+            agg = aggregate(grads, h, active, setup, gens["noise"], superposition=tr.superposition)
         else:
             agg = channel_only(h, active, setup, tr.aggregation)
         p_eff = p * agg.eligible.to(p.dtype)
