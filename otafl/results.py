@@ -33,13 +33,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _unjson(value: Any) -> Any:
+def unjson(value: Any) -> Any:
+    """Inverse of :func:`jsonable` for non-finite floats written as strings."""
     if value in ("nan", "inf", "-inf"):
         return float(value)
     if isinstance(value, dict):
-        return {k: _unjson(v) for k, v in value.items()}
+        return {k: unjson(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_unjson(v) for v in value]
+        return [unjson(v) for v in value]
     return value
 
 
@@ -86,4 +87,4 @@ def write_run(out_dir: str | Path, summary: dict, rounds: list[dict]) -> None:
 
 def read_summary(path: str | Path) -> dict:
     with open(path, encoding="utf-8") as fh:
-        return _unjson(json.load(fh))
+        return unjson(json.load(fh))

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from otafl.errors import OtaflInputError
-from otafl.results import jsonable
+from otafl.results import jsonable, unjson
 
 try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction locking applies
     import fcntl
@@ -91,16 +91,6 @@ def _affinity(value: Any) -> str | None:
     if v is None:
         return None if value is not None else ""
     return {int: "INTEGER", float: "REAL", str: "TEXT"}[type(v)]
-
-
-def _unjson(value: Any) -> Any:
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: _unjson(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unjson(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)
@@ -230,7 +220,7 @@ class ResultStore:
             args = (status,)
         return [StoredRun(id=int(rid), params=json.loads(params), train=bool(train),
                           point=json.loads(point) if point else {}, status=st, error=err,
-                          summary=_unjson(json.loads(summary)) if summary else {})
+                          summary=unjson(json.loads(summary)) if summary else {})
                 for rid, params, train, point, st, err, summary in self.conn.execute(sql + " ORDER BY id", args)]
 
     def rounds(self, run_id: int) -> list[dict]:
