@@ -62,7 +62,7 @@ from otafl.fl.grads import (
     supports_ghost,
     user_gradients,
 )
-from otafl.fl.loop import make_generators, resolve_device
+from otafl.fl.loop import make_generators, make_optimizer, resolve_device
 from otafl.fl.round import AGGREGATORS, ChannelSetup
 from otafl.models import make_model, num_parameters
 from otafl.transmit import assign_groups, max_power, resolve_noise_var
@@ -161,7 +161,7 @@ class RoundBench:
         for m in METHODS:
             model = copy.deepcopy(base)
             self.models[m] = model
-            self.opts[m] = torch.optim.Adam(model.parameters(), lr=tr.lr)
+            self.opts[m] = make_optimizer("adam", model.parameters(), tr.lr)
         from opacus import GradSampleModule
 
         # Opacus' hooks warn that the input needs no gradient (the first layer's input is data)

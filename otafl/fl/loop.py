@@ -60,6 +60,13 @@ def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generato
     return gens
 
 
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """The server optimizer: ``adam`` (the fused single-kernel update) or plain ``sgd``."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    return torch.optim.Adam(params, lr=lr, fused=True)
+
+
 def _per_user(values, groups: Tensor, users: int, name: str) -> Tensor:
     """Scalar, one value per group, or one per user -> [K] float64."""
     v = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
@@ -130,8 +137,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
 
     aggregate = AGGREGATORS[tr.aggregation]
     params = list(model.parameters())
-    opt = (torch.optim.Adam(params, lr=tr.lr) if tr.optimizer == "adam"
-           else torch.optim.SGD(params, lr=tr.lr))
+    opt = make_optimizer(tr.optimizer, params, tr.lr)
     sensitivity = 2.0 * tx.clip  # minibatch clipping: one record moves g_k anywhere in the L-ball
 
     records: list[dict] = []
