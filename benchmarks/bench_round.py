@@ -62,7 +62,8 @@ from otafl.fl.grads import (
     supports_ghost,
     user_gradients,
 )
-from otafl.fl.loop import make_generators, make_optimizer, resolve_device
+from otafl.device import resolve_device
+from otafl.fl.loop import make_generators, make_optimizer
 from otafl.fl.round import AGGREGATORS, ChannelSetup
 from otafl.models import make_model, num_parameters
 from otafl.transmit import assign_groups, max_power, resolve_noise_var

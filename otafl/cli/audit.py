@@ -241,7 +241,8 @@ def _json_safe(value):
 def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, samples, seed,
           scope, adversary, confidence, fmt, device):
     """Monte Carlo audit of the mechanism beside each accountant's (epsilon, delta)."""
-    from otafl.cli.bound import _delta_prime, parse_list, resolve_device
+    from otafl.cli.bound import _delta_prime, parse_list
+    from otafl.device import resolve_device
 
     names = list(dict.fromkeys(a.strip() for group in accountant for a in str(group).split(",") if a.strip()))
     result = audit_grid(

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import click
 import torch
 
+from otafl.device import resolve_device
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants import (
     ACCOUNTANTS,
@@ -61,15 +62,6 @@ def parse_list(name: str, text: str | Sequence, cast=float) -> list:
     if not out:
         raise OtaflInputError(f"{name} is empty; give a comma-separated list")
     return out
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto``: CUDA when present, CPU otherwise; ``cuda`` without a GPU is an input error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise OtaflInputError("device = 'cuda' is outside the allowed range (no CUDA device here; use cpu or auto)")
-    return torch.device(name)
 
 
 def _map_fields(bound: RoundBound, fn) -> RoundBound:

@@ -10,7 +10,8 @@ import math
 import click
 import numpy as np
 
-from otafl.cli.bound import _CommaChoice, _delta_prime, _json_safe, resolve_device
+from otafl.cli.bound import _CommaChoice, _delta_prime, _json_safe
+from otafl.device import resolve_device
 from otafl.errors import check_range
 from otafl.privacy.accountants import ACCOUNTANTS
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from otafl.device import resolve_device
 from otafl.channel.fading import make_fading
 from otafl.config import Spec
 from otafl.data import load_dataset, sample_minibatches, split_users
@@ -38,14 +39,6 @@ STREAMS = ("data", "model", "fading", "coins", "noise")
 class RunResult:
     summary: dict
     rounds: list[dict] = field(default_factory=list)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise OtaflInputError("device = 'cuda' requested but no CUDA device is available; use auto or cpu")
-    return torch.device(name)
 
 
 def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generator]:
