@@ -127,7 +127,8 @@ def test_dry_run_lists_the_points_and_writes_nothing(tmp_path):
 
 def test_sigkill_mid_sweep_then_resume_leaves_every_point_done_exactly_once(tmp_path):
     """A real `otafl sweep` process with one worker process is SIGKILLed (with its worker)
-    right after its first run is committed; `--resume` then finishes the grid."""
+    once its first run is committed and the next one is running; `--resume` then finishes
+    the grid."""
     spec, db = write_spec(tmp_path), str(tmp_path / "r.sqlite")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-c", "from otafl.cli.main import cli; cli()", "sweep", spec,
@@ -139,10 +140,12 @@ def test_sigkill_mid_sweep_then_resume_leaves_every_point_done_exactly_once(tmp_
         while time.monotonic() < deadline and proc.poll() is None:
             if os.path.exists(db):
                 try:
-                    done_at_kill = rows(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'")[0][0]
+                    status = dict(rows(db, "SELECT status, COUNT(*) FROM runs GROUP BY status"))
                 except sqlite3.OperationalError:  # schema not created yet
-                    done_at_kill = 0
-                if done_at_kill >= 1:
+                    status = {}
+                done_at_kill = status.get("done", 0)
+                # kill mid-run: one run committed and the next one already marked running
+                if done_at_kill >= 1 and status.get("running", 0) >= 1:
                     break
             time.sleep(0.02)
     finally:
