@@ -6,8 +6,8 @@ L = 1, Adam; single-layer and two-layer (hidden 100) models. Per model, the medi
 per round of
 
     (a) round   -- the project's round: user_gradients (ghost norms + book-kept clipped sum,
-                   the first layer's Gram matrices gathered from InputGrams, built once per
-                   run and reported apart as ``input_grams_once_s_*``), clip, transmit, MAC,
+                   the first layer's norms from the feature sketch InputSketch, built once per
+                   run and reported apart as ``input_sketch_once_s_*``), clip, transmit, MAC,
                    estimate, Adam update;
     (b) loop    -- a per-user autograd loop (K backward passes, :func:`per_user_loop_gradients`,
                    the reference), then the same round;
@@ -55,7 +55,7 @@ from otafl.config import load_spec
 from otafl.data import load_dataset, sample_minibatches, split_users
 from otafl.estimate import estimate_known
 from otafl.fl.grads import (
-    InputGrams,
+    InputSketch,
     StackedGradients,
     UserGradients,
     per_user_gradients,
@@ -63,7 +63,7 @@ from otafl.fl.grads import (
     user_gradients,
 )
 from otafl.device import resolve_device
-from otafl.fl.loop import make_generators, make_optimizer
+from otafl.fl.loop import bind_flat_grad, make_generators, make_optimizer
 from otafl.fl.round import AGGREGATORS, ChannelSetup
 from otafl.models import make_model, num_parameters
 from otafl.transmit import assign_groups, max_power, resolve_noise_var
@@ -112,7 +112,7 @@ def opacus_user_gradients(gsm, x: Tensor, y: Tensor, weight: Tensor, *, weight_d
         xs, ys, ws = x[start : start + users_per_chunk], y[start : start + users_per_chunk], \
             weight[start : start + users_per_chunk]
         n = ys.shape[0]
-        gsm.zero_grad(set_to_none=True)
+        gsm.zero_grad(set_to_none=False)  # keeps .grad bound to the flat buffer (bind_flat_grad)
         ce = F.cross_entropy(gsm(xs.reshape(n * b, -1)), ys.reshape(-1), reduction="none") * ws.reshape(-1)
         ce.sum().backward()
         per_user = torch.cat([p.grad_sample.reshape(n, b, -1).sum(dim=1) for p in params], dim=1)
@@ -158,11 +158,13 @@ class RoundBench:
         self.active = torch.ones(ds.users, dtype=torch.bool, device=device)  # p = 1
         self.aggregate = AGGREGATORS[tr.aggregation]
         self.weight_decay = tr.weight_decay
-        self.models, self.opts = {}, {}
+        self.models, self.opts, self.flat_grads = {}, {}, {}
         for m in METHODS:
             model = copy.deepcopy(base)
             self.models[m] = model
             self.opts[m] = make_optimizer("adam", model.parameters(), tr.lr)
+            if m != "floor":  # the floor's backward writes its own .grad
+                self.flat_grads[m] = bind_flat_grad(list(model.parameters()))
         from opacus import GradSampleModule
 
         # Opacus' hooks warn that the input needs no gradient (the first layer's input is data)
@@ -170,8 +172,8 @@ class RoundBench:
         self.gsm = GradSampleModule(self.models["opacus"])
         self.h = None
         t0 = time.perf_counter()  # once per run, as in the training loop
-        self.input_grams = InputGrams.build(self.x_train, self.split) if supports_ghost(base) else None
-        self.input_grams_seconds = time.perf_counter() - t0
+        self.input_sketch = InputSketch.build(self.x_train, self.split) if supports_ghost(base) else None
+        self.input_sketch_seconds = time.perf_counter() - t0
 
     def new_round(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """A fresh minibatch (indices [K, b] and, gathered as the loop gathers them, x, y,
@@ -184,19 +186,14 @@ class RoundBench:
     def finish(self, method: str, grads: UserGradients) -> None:
         """Clip, transmit, MAC, estimate (known |K_t|), Adam step: as in the training loop."""
         agg = self.aggregate(grads, self.h, self.active, self.setup, self.gens["noise"])
-        g_hat = estimate_known(agg.aligned_sum, int(agg.transmitting.sum()))
-        offset = 0
-        for prm in self.models[method].parameters():
-            n = prm.numel()
-            prm.grad = g_hat[offset : offset + n].view_as(prm).to(prm.dtype).clone()
-            offset += n
+        self.flat_grads[method].copy_(estimate_known(agg.aligned_sum, agg.participants))
         self.opts[method].step()
 
     def step(self, method: str, idx: Tensor, x: Tensor, y: Tensor, weight: Tensor) -> None:
         model, wd = self.models[method], self.weight_decay
         if method == "round":
-            gram = self.input_grams.minibatch(idx) if self.input_grams else None
-            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd, input_gram=gram))
+            sketch = self.input_sketch.minibatch(idx) if self.input_sketch else None
+            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd, input_sketch=sketch))
         elif method == "loop":
             grads, losses = per_user_loop_gradients(model, x, y, weight, weight_decay=wd)
             self.finish(method, StackedGradients(grads, losses))
@@ -256,7 +253,7 @@ def time_methods(model_key: str, device: torch.device, repeats: int, inner: int 
             for m in (fast if i % 2 == 0 else fast[::-1]):
                 timed(m, *batch)
     medians = {m: statistics.median(v) for m, v in times.items()}
-    medians["input_grams_once"] = bench.input_grams_seconds
+    medians["input_sketch_once"] = bench.input_sketch_seconds
     return medians
 
 
@@ -299,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
         out["peak_rss_mib"] = peak_rss_mib(args.rss_rounds, str(device))
     for key in MODELS:
         med = time_methods(key, device, args.repeats, args.inner)
-        out[f"input_grams_once_s_{key}"] = med.pop("input_grams_once")
+        out[f"input_sketch_once_s_{key}"] = med.pop("input_sketch_once")
         for m, v in med.items():
             out[f"median_s_{m}_{key}"] = v
         out[f"overhead_vs_floor_{key}"] = med["round"] / med["floor"]

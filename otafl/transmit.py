@@ -102,8 +102,7 @@ def clip_factors(norms: Tensor, clip: float) -> Tensor:
     factor : [K], dtype of ``norms``; 1 for norms <= L (a zero gradient keeps factor 1).
     """
     clip = check_range("clip", clip, lo=0.0, lo_open=True)
-    one = torch.ones((), dtype=norms.dtype, device=norms.device)
-    return torch.where(norms > clip, clip / norms, one)
+    return clip / norms.clamp(min=clip)  # L / L = 1 exactly where ||g_k|| <= L
 
 
 def clip_gradients(grads: Tensor, clip: float) -> tuple[Tensor, Tensor]:
@@ -146,7 +145,8 @@ def alignment_bound(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, di
 
 
 def alignment_gain(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim: int, *,
-                   policy: str = "min", threshold: float | None = None) -> tuple[Tensor, Tensor]:
+                   policy: str = "min", threshold: float | None = None,
+                   bound: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Alignment gain c_t and which users may transmit.
 
     c_t = min_{k eligible} h_k sqrt(P_k / (L^2 + d sigma_k^2))   (see :func:`alignment_bound`).
@@ -175,6 +175,9 @@ def alignment_gain(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim
     dim : int — model dimension d.
     policy : str — one of :data:`ALIGNMENT_POLICIES`.
     threshold : float | None — truncation threshold >= 0 (required by ``"truncate"``).
+    bound : [K] float64, optional — :func:`alignment_bound` of these arguments, when the
+        caller has it already (:class:`otafl.fl.round.ChannelSetup` precomputes its per-run
+        factor); not checked against them.
 
     Returns
     -------
@@ -184,14 +187,14 @@ def alignment_gain(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim
     if policy not in ALIGNMENT_POLICIES:
         raise OtaflInputError(
             f"alignment policy {policy!r} is unknown; choose one of: {', '.join(ALIGNMENT_POLICIES)}")
-    bound = alignment_bound(h, power, clip, noise_var, dim)
-    if policy == "min":
-        eligible = torch.ones_like(bound, dtype=torch.bool)
-    else:
-        if threshold is None:
-            raise OtaflInputError("alignment policy 'truncate' needs a threshold (h_k below it stay silent)")
-        th = check_range("alignment.threshold", threshold, lo=0.0)
-        eligible = torch.as_tensor(h, dtype=torch.float64, device=bound.device) >= th
+    if bound is None:
+        bound = alignment_bound(h, power, clip, noise_var, dim)
+    if policy == "min":  # everybody is eligible
+        return bound.min(), torch.ones_like(bound, dtype=torch.bool)
+    if threshold is None:
+        raise OtaflInputError("alignment policy 'truncate' needs a threshold (h_k below it stay silent)")
+    th = check_range("alignment.threshold", threshold, lo=0.0)
+    eligible = torch.as_tensor(h, dtype=torch.float64, device=bound.device) >= th
     if not bool(eligible.any()):
         return torch.zeros((), dtype=torch.float64, device=bound.device), eligible
     inf = torch.full((), math.inf, dtype=torch.float64, device=bound.device)

@@ -19,11 +19,12 @@ from otafl.fl import loop
 from otafl.data import UserSplit, sample_minibatches, split_users
 from otafl.fl.grads import (
     GhostGradients,
-    InputGrams,
+    InputSketch,
     StackedGradients,
     flatten,
     ghost_gradients,
     ghost_is_cheaper,
+    layer_method,
     param_dict,
     per_user_gradients,
     supports_ghost,
@@ -119,34 +120,58 @@ def test_layer_choice_follows_the_cost_comparison():
     assert ghost_is_cheaper(32, 784, 100)
     assert not ghost_is_cheaper(32, 784, 10)
     assert not ghost_is_cheaper(32, 100, 10)
+    assert layer_method(32, 784, 100) == "gram" and layer_method(32, 784, 10) == "materialise"
+    # a sketch of rank r costs b F_out (r + 1): taken for the paper's first layers (r = 20 or 300)
+    assert layer_method(32, 784, 10, sketch_rank=20) == "sketch"
+    assert layer_method(32, 784, 100, sketch_rank=300) == "gram"  # 32 * 100 * 301 > 32^2 * 884
+    assert layer_method(32, 784, 100, sketch_rank=20) == "sketch"
+    assert layer_method(32, 784, 10, sketch_rank=20, ghost=True) == "gram"
     model, x, y, weight = _problem("two-layer")
     fast = ghost_gradients(model, x, y, weight)
     expected = [ghost_is_cheaper(BATCH, FEATURES, HIDDEN), ghost_is_cheaper(BATCH, HIDDEN, CLASSES)]
     assert [t.weight_grads is None for t in fast.terms] == expected
 
 
-def test_precomputed_input_grams_give_the_minibatch_gram_and_the_same_round():
+@pytest.mark.parametrize("samples,batch", [(90, 9), (300, 9), (600, 9)])  # D_k = 7-8 < b; 25 > b; 50 > F = 40
+@pytest.mark.parametrize("bias", [True, False])
+def test_input_sketch_preserves_inner_products_within_users_and_gives_the_loop_round(samples, batch, bias):
     gen = torch.Generator().manual_seed(7)
-    x_train = torch.rand(90, FEATURES, generator=gen, dtype=torch.float64)
-    y_train = torch.randint(0, CLASSES, (90,), generator=gen)
-    split = split_users(y_train, USERS, scheme="iid", generator=gen)  # D_k = 7 or 8 < b = 9: padding
-    grams = InputGrams.build(x_train, split)
-    idx, weight = sample_minibatches(split, 9, gen)
-    x = x_train[idx]
-    assert torch.allclose(grams.minibatch(idx), torch.bmm(x, x.transpose(1, 2)), rtol=1e-12, atol=0)
-    for name in ("single-layer", "two-layer"):
-        model = make_model(name, FEATURES, CLASSES, hidden=HIDDEN, generator=gen).double()
+    x_train = torch.rand(samples, FEATURES, generator=gen, dtype=torch.float64)
+    x_train[1] = x_train[0]  # a duplicate image: a rank-deficient local Gram matrix
+    y_train = torch.randint(0, CLASSES, (samples,), generator=gen)
+    split = split_users(y_train, USERS, scheme="iid", generator=gen)
+    sketch = InputSketch.build(x_train, split)
+    assert sketch.rank == min(int(split.counts.max()), FEATURES)
+    idx, weight = sample_minibatches(split, batch, gen)
+    x, phi = x_train[idx], sketch.minibatch(idx)
+    # phi_j . phi_j' + 1 = x_j . x_j' + 1 for samples of one user (the last coordinate is the 1)
+    assert torch.allclose(torch.bmm(phi, phi.transpose(1, 2)), torch.bmm(x, x.transpose(1, 2)) + 1,
+                          rtol=1e-10, atol=1e-10)
+    torch.manual_seed(7)  # nn.Linear's default init (test-only models)
+    models = [make_model("single-layer", FEATURES, CLASSES, generator=gen).double(),
+              make_model("two-layer", FEATURES, CLASSES, hidden=HIDDEN, generator=gen).double(),
+              nn.Sequential(nn.Linear(FEATURES, 4, bias=bias), nn.Tanh(), nn.Linear(4, CLASSES)).double()]
+    for model in models:
         ref_grads, _ = per_user_loop_gradients(model, x, y_train[idx], weight.double(), weight_decay=0.02)
-        fast = ghost_gradients(model, x, y_train[idx], weight.double(), weight_decay=0.02,
-                               input_gram=grams.minibatch(idx))
-        assert fast.terms[0].weight_grads is None  # with the Gram known the first layer goes ghost
+        fast = ghost_gradients(model, x, y_train[idx], weight.double(), weight_decay=0.02, input_sketch=phi)
         assert torch.allclose(fast.norms, torch.linalg.vector_norm(ref_grads, dim=1), rtol=1e-9, atol=0)
         coef = torch.rand(USERS, generator=gen, dtype=torch.float64)
         assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
-    # too large for the memory budget, or a sample held by two users: no cache
-    assert InputGrams.build(x_train, split, max_entries=10) is None
+        assert _rel(fast.materialise(), ref_grads) <= 1e-9
+
+
+def test_input_sketch_refuses_mixed_rows_and_poisons_samples_nobody_holds():
+    gen = torch.Generator().manual_seed(9)
+    x_train = torch.rand(12, FEATURES, generator=gen, dtype=torch.float64)
+    split = UserSplit(index=torch.tensor([[0, 1, 2], [3, 4, 0]]), counts=torch.tensor([3, 2]))
+    sketch = InputSketch.build(x_train, split)  # samples 5..11 are nobody's
+    with pytest.raises(OtaflInputError, match="one user"):
+        sketch.minibatch(torch.tensor([[0, 3]]))
+    assert torch.isnan(sketch.minibatch(torch.tensor([[7, 8]]))).all()
+    # too large for the memory budget, or a sample held by two users: no sketch
+    assert InputSketch.build(x_train, split, max_entries=10) is None
     shared = UserSplit(index=torch.tensor([[0, 1], [1, 2]]), counts=torch.tensor([2, 2]))
-    assert InputGrams.build(x_train, shared) is None
+    assert InputSketch.build(x_train, shared) is None
 
 
 def test_layers_without_bias_and_other_activations_take_the_fast_path():

@@ -36,7 +36,7 @@ differentially private learners", ghost clipping):
 while g_beta (F_out numbers per user) is always formed.
 
 That costs b^2 (F_in + F_out) per user, against b F_in F_out for materialising G; each
-layer takes the cheaper of the two (:func:`ghost_is_cheaper`). The per-sample output
+layer takes the cheaper (:func:`layer_method`). The per-sample output
 gradients delta_j scale linearly with the sample's loss weight (samples do not interact in
 these models), so the weighted sum over users is one matrix product per layer,
 
@@ -46,9 +46,12 @@ the same product an ordinary backward pass computes for the weight gradient: no 
 backward pass is needed (the "book-keeping" trick of Bu et al. 2023, "Differentially
 private optimization on large model at small cost", ICML).
 
-The first linear layer's inputs are the raw features, so its Gram matrices do not depend on
-w; :class:`InputGrams` computes every user's local-data Gram matrix once per run and each
-round gathers its minibatch's b x b block instead of recomputing it.
+The first linear layer's inputs are the raw features, whose inner products do not depend on
+w: :class:`InputSketch` factors every user's local Gram matrix once per run into short
+per-sample vectors phi_j with phi_j . phi_j' = x_j . x_j' (r = min(D_k, F) coordinates), so
+the first layer's norm is that of the small [F_out, r] matrix sum_j delta_j phi_j^T,
+n b F_out r per round (with a constant coordinate appended, the bias gradient comes out of
+the same product).
 
 Weight decay adds Omega w to every g_k, so ||g_k + Omega w||^2 = ||g_k||^2 +
 2 Omega <w, g_k> + Omega^2 ||w||^2, and the cross term needs no g_k either: per layer,
@@ -57,6 +60,7 @@ Weight decay adds Omega w to every g_k, so ||g_k + Omega w||^2 = ||g_k||^2 +
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -70,12 +74,13 @@ from otafl.errors import OtaflInputError
 __all__ = [
     "ELEMENTWISE",
     "GhostGradients",
-    "InputGrams",
+    "InputSketch",
     "StackedGradients",
     "UserGradients",
     "flatten",
     "ghost_gradients",
     "ghost_is_cheaper",
+    "layer_method",
     "param_dict",
     "per_user_gradients",
     "supports_ghost",
@@ -258,62 +263,84 @@ class GhostGradients(UserGradients):
         return grads
 
 
-class InputGrams:
-    """Gram matrices of every user's local samples, computed once per run.
+class InputSketch:
+    """Per-user isometric sketches of the raw features, computed once per run.
 
-    The first linear layer sees the raw features, so its Gram matrix a_j . a_j' does not
-    depend on w: for a minibatch of user k it is a sub-block of X_k X_k^T [D_k, D_k], the
-    Gram matrix of the user's local data. Computing those once (sum_k D_k^2 F multiply-adds)
-    replaces the n b^2 F of the first layer's ghost norms in every round by a gather.
+    The first linear layer sees the raw features x_j [F]; its ghost norm needs only their
+    inner products x_j . x_j' between samples of the *same* user, and those do not depend on
+    w. For user k with local data X_k [D_k, F], factor the local Gram matrix
+    X_k X_k^T = V_k Lambda_k V_k^T (eigendecomposition, float64) and give each local sample
+    the r-vector phi_j = row j of V_k Lambda_k^(1/2) (the top r = min(max_D, F) eigenpairs;
+    the rest are zero: rank X_k <= min(D_k, F)). Then phi_j . phi_j' = x_j . x_j' for any two
+    samples of user k, and with delta_j the output gradients of the user's minibatch
+
+        ||G_k||_F^2 = sum_{j, j'} (x_j . x_j') (delta_j . delta_j') = ||sum_j delta_j phi_j^T||_F^2,
+
+    the norm of an [F_out, r] matrix instead of the [F_out, F] layer gradient. A constant
+    last coordinate 1 is appended to every phi_j, so that the same product also yields the
+    bias gradient sum_j delta_j (its last column) and its squared norm: one batched product
+    per round, n b F_out (r + 1) multiply-adds (:func:`layer_method`).
+
+    The sketch is exact only within a user: every minibatch row must hold samples of one
+    user (:meth:`minibatch` checks it).
 
     Attributes
     ----------
-    local : [K, max_D, max_D], X_k X_k^T (rows and columns past D_k are padding).
-    user_of, slot_of : [N] int64, the user holding each training sample and its position
-        in ``split.index[user]`` (-1 for samples nobody holds).
+    features : [N, r + 1], phi_j and the constant 1, for every training sample (NaN for
+        samples nobody holds).
+    user_of : [N] int64, the user holding each sample (-1: nobody).
     """
 
-    def __init__(self, local: Tensor, user_of: Tensor, slot_of: Tensor):
-        self.local = local
+    def __init__(self, features: Tensor, user_of: Tensor):
+        self.features = features
         self.user_of = user_of
-        self.slot_of = slot_of
+
+    @property
+    def rank(self) -> int:
+        """r, the sketch dimension (without the constant coordinate)."""
+        return self.features.shape[1] - 1
 
     @classmethod
     def build(cls, x_train: Tensor, split, *, max_entries: int = 2**25,
-              users_per_chunk: int = 16) -> InputGrams | None:
+              users_per_chunk: int = 16) -> InputSketch | None:
         """From the training features [N, F] and a :class:`otafl.data.UserSplit`.
 
-        Returns None (use per-round Grams) when the K max_D^2 entries exceed ``max_entries``
-        (default 2^25, 128 MiB in float32) or when the split is not a partition (a sample
-        held by two users).
+        Returns None (the first layer then uses per-round Gram matrices) when the N (r + 1)
+        entries exceed ``max_entries`` (default 2^25, 128 MiB in float32) or when the split
+        is not a partition (a sample held by two users).
         """
         index = split.index.to(x_train.device)
         counts = split.counts.to(x_train.device)
         users, max_d = index.shape
-        if users * max_d * max_d > max_entries:
+        rank = min(max_d, x_train.shape[1])
+        if x_train.shape[0] * (rank + 1) > max_entries:
             return None
-        valid = torch.arange(max_d, device=index.device)[None, :] < counts[:, None]
+        valid = torch.arange(max_d, device=index.device)[None, :] < counts[:, None]  # [K, max_D]
         held = index[valid]  # row-major: user 0's samples, then user 1's, ...
         if torch.unique(held).numel() != held.numel():
             return None
         user_of = torch.full((x_train.shape[0],), -1, dtype=torch.int64, device=index.device)
-        slot_of = torch.full_like(user_of, -1)
         user_of[held] = torch.repeat_interleave(torch.arange(users, device=index.device), counts)
-        slot_of[held] = torch.arange(max_d, device=index.device).expand(users, max_d)[valid]
-        local = x_train.new_empty(users, max_d, max_d)
+        # samples nobody holds get NaN: a minibatch that draws one poisons its user's norm
+        features = x_train.new_full((x_train.shape[0], rank + 1), math.nan)
+        features[held] = 0.0
+        features[held, rank] = 1.0
         for start in range(0, users, users_per_chunk):
-            xs = x_train[index[start : start + users_per_chunk]]  # [chunk, max_D, F]
-            torch.bmm(xs, xs.transpose(1, 2), out=local[start : start + users_per_chunk])
-        return cls(local, user_of, slot_of)
+            rows, ok = index[start : start + users_per_chunk], valid[start : start + users_per_chunk]
+            xs = x_train[rows].to(torch.float64) * ok[:, :, None]  # [chunk, max_D, F], padding rows 0
+            eigval, eigvec = torch.linalg.eigh(torch.bmm(xs, xs.transpose(1, 2)))  # ascending
+            phi = eigvec[:, :, -rank:] * eigval[:, None, -rank:].clamp(min=0.0).sqrt()
+            features[rows[ok], :rank] = phi[ok].to(features.dtype)
+        return cls(features, user_of)
 
     def minibatch(self, idx: Tensor) -> Tensor:
-        """Gram matrices [n, b, b] of minibatches ``idx`` [n, b] (each row one user's samples)."""
-        n, b = idx.shape
-        users, max_d, _ = self.local.shape
-        slots = self.slot_of[idx]  # [n, b]
-        row_of_sample = (self.user_of[idx] * max_d + slots).view(-1)  # row in local viewed [K max_D, max_D]
-        rows = self.local.view(users * max_d, max_d).index_select(0, row_of_sample).view(n, b, max_d)
-        return torch.gather(rows, 2, slots[:, None, :].expand(n, b, b))
+        """The sketched features [n, b, r + 1] of minibatches ``idx`` [n, b] (row k: samples of one
+        user, as :func:`otafl.data.sample_minibatches` draws them)."""
+        owner = self.user_of[idx]
+        if not torch.equal(owner, owner[:, :1].expand_as(owner)):
+            raise OtaflInputError("InputSketch.minibatch: every row of idx must hold samples of one user "
+                                  "of the split the sketch was built from")
+        return self.features[idx]
 
 
 def supports_ghost(model: nn.Module) -> bool:
@@ -330,12 +357,26 @@ def supports_ghost(model: nn.Module) -> bool:
     return linear > 0
 
 
-def ghost_is_cheaper(batch: int, in_features: int, out_features: int, *,
-                     input_gram_known: bool = False) -> bool:
-    """Gram-matrix norms cost b^2 (F_in + F_out) per user (b^2 F_out when the input Gram is
-    known, see :class:`InputGrams`); materialising G costs b F_in F_out."""
-    gram_cost = batch * batch * (out_features + (0 if input_gram_known else in_features))
-    return gram_cost < batch * in_features * out_features
+def ghost_is_cheaper(batch: int, in_features: int, out_features: int) -> bool:
+    """Gram-matrix norms cost b^2 (F_in + F_out) per user; materialising G costs b F_in F_out."""
+    return batch * batch * (out_features + in_features) < batch * in_features * out_features
+
+
+def layer_method(batch: int, in_features: int, out_features: int, *, sketch_rank: int | None = None,
+                 ghost: bool | None = None) -> str:
+    """How :func:`ghost_gradients` gets one linear layer's per-user norms.
+
+    ``"sketch"`` (the first layer, with an :class:`InputSketch` of rank r):
+    b F_out (r + 1) per user; ``"gram"``: b^2 (F_in + F_out); ``"materialise"``: b F_in F_out.
+    The cheapest wins; ``ghost`` = True / False forces ``"gram"`` / ``"materialise"``.
+    """
+    if ghost is not None:
+        return "gram" if ghost else "materialise"
+    costs = {"materialise": batch * in_features * out_features,
+             "gram": batch * batch * (in_features + out_features)}
+    if sketch_rank is not None:
+        costs["sketch"] = batch * out_features * (sketch_rank + 1)
+    return min(costs, key=costs.get)
 
 
 def _sqrt(x: Tensor) -> Tensor:
@@ -351,7 +392,7 @@ def _sqrt(x: Tensor) -> Tensor:
 
 def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                     weight_decay: float = 0.0, ghost: bool | None = None,
-                    input_gram: Tensor | None = None) -> GhostGradients:
+                    input_sketch: Tensor | None = None) -> GhostGradients:
     """Per-user gradient norms, losses and a lazily summed gradient from one forward+backward.
 
     Same g_k as :func:`per_user_gradients` (see the module docstring for the equations),
@@ -368,10 +409,10 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
         Omega >= 0.
     ghost : bool or None
         Force Gram-matrix norms (True) or materialised layer gradients (False) for every
-        layer; ``None`` (default) picks the cheaper per layer (:func:`ghost_is_cheaper`).
-    input_gram : [n, b, b] or None
-        x_kj . x_kj' (:meth:`InputGrams.minibatch`); used by the first module when it is
-        a linear layer, instead of forming that Gram matrix from ``x``.
+        layer; ``None`` (default) picks the cheapest per layer (:func:`layer_method`).
+    input_sketch : [n, b, r + 1] or None
+        The minibatch's sketched features (:meth:`InputSketch.minibatch`); used by the first
+        module when it is a linear layer.
 
     Returns
     -------
@@ -383,6 +424,8 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
     n, b = y.shape
     h = x.reshape(n * b, -1)
     inputs, outputs, layers = [], [], []
+    # the sketch is that of the raw features: only for a linear first module
+    sketch = input_sketch if isinstance(next(iter(model)), nn.Linear) else None
     with torch.enable_grad():
         for module in model:
             if isinstance(module, nn.Linear):
@@ -401,52 +444,62 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
         deltas = torch.autograd.grad(losses.sum(), outputs)
 
     terms = []
-    sq_norms = losses.new_zeros(n)
-    cross = losses.new_zeros(n)  # <w, g_k> without the regulariser
-    known_gram = input_gram if isinstance(model[0], nn.Linear) else None  # of the first layer
+    squares = []  # per-layer pieces of ||g_k||^2, [n] each
+    cross = []  # per-layer pieces of <w, g_k> (without the regulariser), with weight decay only
+    dim = 0
     for i, (module, a, z, delta) in enumerate(zip(layers, inputs, outputs, deltas)):
         f_in, f_out = module.in_features, module.out_features
         a, delta = a.view(n, b, f_in), delta.view(n, b, f_out)
-        known = known_gram if i == 0 else None
-        use_gram = (ghost_is_cheaper(b, f_in, f_out, input_gram_known=known is not None)
-                    if ghost is None else ghost)
-        if use_gram:  # ||G_k||^2 = sum_{j, j'} (a_j . a_j') (delta_j . delta_j')
-            gram_a = torch.bmm(a, a.transpose(1, 2)) if known is None else known.to(a.dtype)  # [n, b, b]
-            gram_delta = torch.bmm(delta, delta.transpose(1, 2))
-            sq_norms = sq_norms + torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1))
-            gw = None
+        has_bias = module.bias is not None
+        known = sketch if i == 0 else None
+        method = layer_method(b, f_in, f_out, ghost=ghost,
+                              sketch_rank=None if known is None else known.shape[-1] - 1)
+        gw = gb = None
+        if method == "sketch":  # sum_j delta_j [phi_j, 1]^T: ||.||^2 = ||G_k||^2 + ||g_beta_k||^2
+            phi = known.to(delta.dtype) if has_bias else known[..., :-1].to(delta.dtype)
+            small = torch.bmm(delta.transpose(1, 2), phi)  # [n, F_out, r (+ 1)]
+            squares.append(torch.linalg.vecdot(small.flatten(1), small.flatten(1)))
+            if has_bias:
+                gb = small[:, :, -1]
         else:
-            gw = torch.bmm(delta.transpose(1, 2), a)  # [n, F_out, F_in]
-            sq_norms = sq_norms + torch.linalg.vector_norm(gw.flatten(1), dim=1).square()
-        gb = delta.sum(dim=1) if module.bias is not None else None  # [n, F_out]
-        if gb is not None:
-            sq_norms = sq_norms + torch.linalg.vector_norm(gb, dim=1).square()
+            if method == "gram":  # ||G_k||^2 = sum_{j, j'} (a_j . a_j') (delta_j . delta_j')
+                gram_a = torch.bmm(a, a.transpose(1, 2))  # [n, b, b]
+                gram_delta = torch.bmm(delta, delta.transpose(1, 2))
+                squares.append(torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1)))
+            else:
+                gw = torch.bmm(delta.transpose(1, 2), a)  # [n, F_out, F_in]
+                squares.append(torch.linalg.vecdot(gw.flatten(1), gw.flatten(1)))
+            if has_bias:
+                gb = delta.sum(dim=1)  # [n, F_out]
+                squares.append(torch.linalg.vecdot(gb, gb))
         terms.append(_LinearTerm(a, delta, gw, gb))
+        dim += f_in * f_out + (f_out if has_bias else 0)
         if weight_decay:
-            cross = cross + (delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2))
+            cross.append((delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2)))
 
+    sq_norms = functools.reduce(torch.add, squares)
     flat_params = flatten(param_dict(model)) if weight_decay else None
     if weight_decay:
         w_sq = flat_params.square().sum()
-        sq_norms = sq_norms + 2.0 * weight_decay * cross + weight_decay * weight_decay * w_sq
-    norms = _sqrt(torch.clamp(sq_norms, min=0.0))
-    dim = sum(p.numel() for p in model.parameters())
+        sq_norms = (sq_norms + 2.0 * weight_decay * functools.reduce(torch.add, cross)
+                    + weight_decay * weight_decay * w_sq)
+    norms = _sqrt(sq_norms.clamp_(min=0.0))
     return GhostGradients(terms, norms, losses.detach(), dim, weight_decay, flat_params)
 
 
 def user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                    weight_decay: float = 0.0, method: str = "auto",
-                   input_gram: Tensor | None = None) -> UserGradients:
+                   input_sketch: Tensor | None = None) -> UserGradients:
     """Every user's gradient in the form the round consumes.
 
     ``method``: ``"ghost"`` (:func:`ghost_gradients`), ``"vmap"`` (:func:`per_user_gradients`)
     or ``"auto"`` (default): ghost where :func:`supports_ghost`, vmap otherwise.
-    ``input_gram`` [n, b, b] is passed to the ghost path (ignored by vmap).
+    ``input_sketch`` (:meth:`InputSketch.minibatch`) is passed to the ghost path (ignored by vmap).
     Shapes as in :func:`per_user_gradients`.
     """
     if method not in GRADIENT_METHODS:
         raise OtaflInputError(f"gradient method {method!r} is not one of: {', '.join(GRADIENT_METHODS)}")
     if method == "ghost" or (method == "auto" and supports_ghost(model)):
-        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay, input_gram=input_gram)
+        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay, input_sketch=input_sketch)
     grads, losses = per_user_gradients(model, x, y, weight, weight_decay=weight_decay)
     return StackedGradients(grads, losses)

@@ -24,7 +24,7 @@ from otafl.config import Spec
 from otafl.data import load_dataset, sample_minibatches, split_users
 from otafl.errors import OtaflInputError
 from otafl.estimate import estimate_known, estimate_unknown
-from otafl.fl.grads import InputGrams, StackedGradients, supports_ghost, user_gradients
+from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
 from otafl.fl.round import AGGREGATORS, ChannelSetup, channel_only
 from otafl.models import make_model, num_parameters
 from otafl.privacy.accountants import account_run
@@ -58,6 +58,21 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     return torch.optim.Adam(params, lr=lr, fused=True)
+
+
+def bind_flat_grad(params: list[torch.nn.Parameter]) -> Tensor:
+    """One zeroed [d] buffer whose consecutive slices are the parameters' ``.grad`` (views).
+
+    The server writes each round's gradient estimate into it with a single ``copy_``; the
+    optimizer reads the parameters' gradients from it. Nothing may replace ``p.grad`` (no
+    ``zero_grad(set_to_none=True)``) while it is bound. All parameters share a dtype/device.
+    """
+    flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
 
 
 def _per_user(values, groups: Tensor, users: int, name: str) -> Tensor:
@@ -131,6 +146,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     aggregate = AGGREGATORS[tr.aggregation]
     params = list(model.parameters())
     opt = make_optimizer(tr.optimizer, params, tr.lr)
+    flat_grad = bind_flat_grad(params)
     sensitivity = 2.0 * tx.clip  # minibatch clipping: one record moves g_k anywhere in the L-ball
 
     records: list[dict] = []
@@ -141,7 +157,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
         idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
         if t == 0:  # once per run: each user's local-data Gram matrix, for the first layer's norms
-            input_grams = InputGrams.build(x_train, split) if train and supports_ghost(model) else None
+            input_sketch = InputSketch.build(x_train, split) if train and supports_ghost(model) else None
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
         carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
         if not bool(carries.all()):  # they add nothing (e.g. b = 32 > D_k = 20 on embedded MNIST)
@@ -150,7 +166,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         if n_active:
             # ghost norms + one backward for nn.Sequential MLPs, torch.func vmap otherwise
             grads = user_gradients(model, x_train[idx], y_train[idx], weight, weight_decay=tr.weight_decay,
-                                   input_gram=input_grams.minibatch(idx) if input_grams else None)
+                                   input_sketch=input_sketch.minibatch(idx) if input_sketch else None)
             train_loss = float(grads.losses.mean())
             clipped_fraction = float((grads.norms > tx.clip).float().mean())
         else:
@@ -162,18 +178,13 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             agg = channel_only(h, active, setup, tr.aggregation)
         p_eff = p * agg.eligible.to(p.dtype)
         mu = float(p_eff.sum())
-        n_tx = int(agg.transmitting.sum())
+        n_tx = agg.participants
         if spec.estimator.kind == "known":
             g_hat = estimate_known(agg.aligned_sum, n_tx)
         else:
             g_hat = estimate_unknown(agg.aligned_sum, mu) if mu > 0 else None
         if train and g_hat is not None and n_tx > 0:
-            opt.zero_grad(set_to_none=False)
-            offset = 0
-            for prm in params:
-                n = prm.numel()
-                prm.grad = g_hat[offset : offset + n].view_as(prm).to(prm.dtype).clone()
-                offset += n
+            flat_grad.copy_(g_hat)
             opt.step()
         if train and ((t + 1) % tr.eval_every == 0 or t == T - 1):
             test_acc = evaluate(model, x_test, y_test)

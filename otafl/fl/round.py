@@ -22,7 +22,7 @@ budget) and the *sum* of the clipped gradients, so the fast gradient path
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -31,11 +31,11 @@ from otafl.channel.mac import superpose
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import UserGradients
 from otafl.transmit import (
+    alignment_bound,
     alignment_gain,
     clip_factors,
     effective_noise_var,
     power_scale,
-    transmit_power,
     transmit_signals,
 )
 
@@ -46,6 +46,10 @@ class ChannelSetup:
 
     power : [K] float64, P_k = SNR_k d N0 (transmit power budget, signal units)
     noise_var : [K] float64, sigma_k^2 (artificial noise, gradient units)
+
+    Derived once (not arguments): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
+    that user k's alignment bound in a round is h_k * bound_scale_k
+    (:func:`otafl.transmit.alignment_bound`), and ``spread_noise`` [K] = d sigma_k^2.
     """
 
     power: Tensor
@@ -55,6 +59,20 @@ class ChannelSetup:
     dim: int
     alignment: str = "min"
     threshold: float | None = None
+    bound_scale: Tensor = field(init=False, repr=False)
+    spread_noise: Tensor = field(init=False, repr=False)
+
+    def __post_init__(self):
+        ones = torch.ones_like(self.power, dtype=torch.float64)
+        object.__setattr__(self, "bound_scale",
+                           alignment_bound(ones, self.power, self.clip, self.noise_var, self.dim))
+        object.__setattr__(self, "spread_noise", self.dim * self.noise_var.to(torch.float64))
+
+    def gain(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """c_t and the eligible users for gains h [K]: :func:`otafl.transmit.alignment_gain`
+        with the per-run factor precomputed."""
+        return alignment_gain(h, self.power, self.clip, self.noise_var, self.dim, policy=self.alignment,
+                              threshold=self.threshold, bound=h * self.bound_scale)
 
 
 @dataclass
@@ -67,6 +85,11 @@ class Aggregate:
     alignment_gain: float  # c_t (nan for ideal)
     effective_noise_var: float  # sum_{K_t} sigma_k^2 + N0 / c_t^2 (0 for ideal)
     max_power_ratio: float  # max over transmitters of alpha^2(||g||^2 + d sigma^2) / P_k
+    participants: int | None = None  # |K_t| = transmitting.sum() (counted here when not given)
+
+    def __post_init__(self):
+        if self.participants is None:
+            self.participants = int(self.transmitting.sum())
 
 
 #: How :func:`ota_aggregate` forms the MAC output (see its docstring).
@@ -112,34 +135,42 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     setup : ChannelSetup.  generator : the noise stream (device of the gradients).
     """
     _check_superposition(superposition)
-    c_t, eligible = alignment_gain(h, setup.power, setup.clip, setup.noise_var, setup.dim,
-                                   policy=setup.alignment, threshold=setup.threshold)
+    c_t, eligible = setup.gain(h)
+    c = float(c_t)
     transmitting = active & eligible
-    keep = eligible[active]  # which of the n computed gradients are actually sent
+    senders = transmitting.nonzero().squeeze(1)  # the transmitting users, in user order
     d = grads.dim
-    if not bool(transmitting.any()) or float(c_t) <= 0.0:
+    if senders.numel() == 0 or c <= 0.0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
-        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, float(c_t), math.inf, 0.0)
-    alpha = power_scale(h[transmitting], c_t)
-    sigma2 = setup.noise_var[transmitting]
+        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, c, math.inf, 0.0)
+    # which of the n computed gradients are sent (all of them unless the policy silences some)
+    keep = None if setup.alignment == "min" else eligible[active]
     factor = clip_factors(grads.norms, setup.clip)
-    clipped_norms = grads.norms * factor  # min(||g_k||, L)
-    eff = float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
+    coef = factor if keep is None else factor * keep.to(factor.dtype)
+    sigma2 = setup.noise_var.index_select(0, senders)
+    eff = float(sigma2.sum()) + (setup.n0 / (c * c) if setup.n0 > 0.0 else 0.0)
+    # E||x_k||^2 / P_k = alpha_k^2 (min(||g_k||, L)^2 + d sigma_k^2) / P_k with alpha_k = c_t / h_k
+    sent_sq = (grads.norms * coef).square()
+    if keep is not None:
+        sent_sq = sent_sq[keep]
+    h_tx = h.index_select(0, senders)
+    ratio = c * c * float(((sent_sq + setup.spread_noise.index_select(0, senders))
+                           / (h_tx * h_tx * setup.power.index_select(0, senders))).max())
     if superposition == "aggregate":
-        aligned = grads.weighted_sum(factor * keep.to(factor.dtype))
+        aligned = grads.weighted_sum(coef)
         if eff > 0.0:
             z = torch.randn(d, generator=generator, dtype=aligned.dtype, device=generator.device)
             aligned.add_(z.to(aligned.device), alpha=math.sqrt(eff))
     else:
-        clipped = grads.materialise()[keep] * factor[keep, None]
+        kept = slice(None) if keep is None else keep
+        clipped = grads.materialise()[kept] * factor[kept, None]
+        alpha = power_scale(h_tx, c_t)
         signals = transmit_signals(clipped, alpha.to(clipped.dtype), sigma2, generator)
-        gains = h[transmitting].to(clipped.dtype)
+        gains = h_tx.to(clipped.dtype)
         y = superpose(signals, gains, torch.ones_like(gains, dtype=torch.bool), setup.n0, generator)
-        aligned = y / float(c_t)
-    power = transmit_power(clipped_norms[keep].to(torch.float64), alpha, sigma2, setup.dim)
-    ratio = float((power / setup.power[transmitting]).max())
-    return Aggregate(aligned, transmitting, eligible, float(c_t), eff, ratio)
+        aligned = y / c
+    return Aggregate(aligned, transmitting, eligible, c, eff, ratio, senders.numel())
 
 
 def ideal_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: ChannelSetup,
@@ -163,8 +194,7 @@ def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) 
     """
     if strategy == "ideal":
         return Aggregate(h.new_zeros(0), active.clone(), torch.ones_like(active), math.nan, 0.0, 0.0)
-    c_t, eligible = alignment_gain(h, setup.power, setup.clip, setup.noise_var, setup.dim,
-                                   policy=setup.alignment, threshold=setup.threshold)
+    c_t, eligible = setup.gain(h)
     transmitting = active & eligible
     eff = (float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
            if float(c_t) > 0 else math.inf)
