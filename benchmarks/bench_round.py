@@ -52,7 +52,7 @@ from torch.nn import functional as F
 
 from otafl.channel.fading import make_fading
 from otafl.config import load_spec
-from otafl.data import load_dataset, sample_minibatches, split_users
+from otafl.data import gather_rows, load_dataset, sample_minibatches, split_users
 from otafl.estimate import estimate_known
 from otafl.fl.grads import (
     InputSketch,
@@ -181,7 +181,7 @@ class RoundBench:
         self.h = self.fading.sample(1, self.gain, self.gens["fading"])[0].to(self.device)
         idx, weight = sample_minibatches(self.split, self.spec.data.batch_size, self.gens["data"])
         idx, weight = idx.to(self.device), weight.to(self.device)
-        return idx, self.x_train[idx], self.y_train[idx], weight
+        return idx, gather_rows(self.x_train, idx), gather_rows(self.y_train, idx), weight
 
     def finish(self, method: str, grads: UserGradients) -> None:
         """Clip, transmit, MAC, estimate (known |K_t|), Adam step: as in the training loop."""

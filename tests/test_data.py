@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otafl.data import (DATASETS, MNIST_FILES, SPLIT_SCHEMES, Dataset, UserSplit,
-                        load_dataset, read_idx, sample_minibatches, split_users)
+                        gather_rows, load_dataset, read_idx, sample_minibatches, split_users)
 from otafl.errors import OtaflInputError
 
 
@@ -462,3 +462,12 @@ def test_with_replacement_option_draws_own_samples_uniformly(uneven_split):
 def test_invalid_batch_size_raises(uneven_split, batch_size):
     with pytest.raises(OtaflInputError, match="batch_size"):
         sample_minibatches(uneven_split, batch_size, gen(0))
+
+
+def test_gather_rows_equals_advanced_indexing():
+    gen = torch.Generator().manual_seed(0)
+    table = torch.rand(30, 4, 3, generator=gen)
+    idx = torch.randint(0, 30, (5, 7), generator=gen)
+    assert torch.equal(gather_rows(table, idx), table[idx])
+    labels = torch.arange(30)
+    assert torch.equal(gather_rows(labels, idx[:, ::2]), labels[idx[:, ::2]])  # non-contiguous idx

@@ -69,6 +69,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
+from otafl.data import gather_rows
 from otafl.errors import OtaflInputError
 
 __all__ = [
@@ -336,11 +337,11 @@ class InputSketch:
     def minibatch(self, idx: Tensor) -> Tensor:
         """The sketched features [n, b, r + 1] of minibatches ``idx`` [n, b] (row k: samples of one
         user, as :func:`otafl.data.sample_minibatches` draws them)."""
-        owner = self.user_of[idx]
+        owner = gather_rows(self.user_of, idx)
         if not torch.equal(owner, owner[:, :1].expand_as(owner)):
             raise OtaflInputError("InputSketch.minibatch: every row of idx must hold samples of one user "
                                   "of the split the sketch was built from")
-        return self.features[idx]
+        return gather_rows(self.features, idx)
 
 
 def supports_ghost(model: nn.Module) -> bool:

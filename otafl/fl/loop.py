@@ -21,7 +21,7 @@ from torch import Tensor
 from otafl.device import resolve_device
 from otafl.channel.fading import make_fading
 from otafl.config import Spec
-from otafl.data import load_dataset, sample_minibatches, split_users
+from otafl.data import gather_rows, load_dataset, sample_minibatches, split_users
 from otafl.errors import OtaflInputError
 from otafl.estimate import estimate_known, estimate_unknown
 from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
@@ -156,7 +156,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         h, p = h_all[t], p_all[t]
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
         idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
-        if t == 0:  # once per run: each user's local-data Gram matrix, for the first layer's norms
+        if t == 0:  # once per run: the users' feature sketches, for the first layer's norms
             input_sketch = InputSketch.build(x_train, split) if train and supports_ghost(model) else None
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
         carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
@@ -165,7 +165,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         n_active = int(active.sum()) if train else 0
         if n_active:
             # ghost norms + one backward for nn.Sequential MLPs, torch.func vmap otherwise
-            grads = user_gradients(model, x_train[idx], y_train[idx], weight, weight_decay=tr.weight_decay,
+            grads = user_gradients(model, gather_rows(x_train, idx), gather_rows(y_train, idx), weight,
+                                   weight_decay=tr.weight_decay,
                                    input_sketch=input_sketch.minibatch(idx) if input_sketch else None)
             train_loss = float(grads.losses.mean())
             clipped_fraction = float((grads.norms > tx.clip).float().mean())
