@@ -227,7 +227,7 @@ class _LinearTerm:
             pieces = [coef @ self.weight_grads.flatten(1)]
         else:  # book-keeping: the weight gradient of a backward pass with sample weights coef_k
             n, b, f_out = self.deltas.shape
-            scaled = (self.deltas * coef[:, None, None]).view(n * b, f_out)
+            scaled = (self.deltas * coef.view(n, 1, 1)).view(n * b, f_out)
             pieces = [(scaled.T @ self.inputs.reshape(n * b, -1)).view(-1)]
         if self.bias_grads is not None:
             pieces.append(coef @ self.bias_grads)
@@ -251,7 +251,8 @@ class GhostGradients(UserGradients):
         self.flat_params = flat_params  # [d], w; needed only with weight decay
 
     def weighted_sum(self, coef: Tensor) -> Tensor:
-        coef = coef.to(self.norms.dtype)
+        if coef.dtype != self.norms.dtype:
+            coef = coef.to(self.norms.dtype)
         total = torch.cat([piece for term in self.terms for piece in term.weighted_sum(coef)])
         if self.weight_decay:
             total.add_(self.flat_params, alpha=self.weight_decay * float(coef.sum()))

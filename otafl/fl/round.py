@@ -137,8 +137,8 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     _check_superposition(superposition)
     c_t, eligible = setup.gain(h)
     c = float(c_t)
-    transmitting = active & eligible
-    senders = transmitting.nonzero().squeeze(1)  # the transmitting users, in user order
+    transmitting = active if setup.alignment == "min" else active & eligible  # "min": all eligible
+    senders = transmitting.nonzero().view(-1)  # the transmitting users, in user order
     d = grads.dim
     if senders.numel() == 0 or c <= 0.0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
@@ -161,7 +161,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
         aligned = grads.weighted_sum(coef)
         if eff > 0.0:
             z = torch.randn(d, generator=generator, dtype=aligned.dtype, device=generator.device)
-            aligned.add_(z.to(aligned.device), alpha=math.sqrt(eff))
+            aligned.add_(z if z.device == aligned.device else z.to(aligned.device), alpha=math.sqrt(eff))
     else:
         kept = slice(None) if keep is None else keep
         clipped = grads.materialise()[kept] * factor[kept, None]
