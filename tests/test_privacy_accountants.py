@@ -26,6 +26,7 @@ from otafl.privacy.accountants import (
     tight_round,
 )
 from otafl.privacy.facts import RoundFacts
+from otafl.privacy.gaussian import analytic_gaussian_epsilon
 
 F64 = torch.float64
 
@@ -74,9 +75,28 @@ def test_tight_never_exceeds_paper_where_the_classic_step_is_valid(users, p, sig
     if bool(paper.classic_valid):
         assert float(tight.epsilon_central) <= float(paper.epsilon_central) * (1 + 1e-12)
         assert float(tight.quantile) >= float(paper.quantile)
-    if bool(paper.classic_valid_local):
+    if bool(paper.classic_valid_local):  # p = 1: no amplification in either
         assert float(tight.epsilon_local) <= float(paper.epsilon_local) * (1 + 1e-12)
     assert float(tight.delta_central) == pytest.approx(float(paper.delta_central), rel=1e-12)
+
+
+def test_tight_ldp_is_the_unamplified_analytic_gaussian_and_paper_flags_its_amplification():
+    # tight: eps_G(Delta, sqrt(sigma^2 + N0/c^2), delta_l) whatever p > 0, delta p delta_l (joint convexity)
+    kw = dict(users=50, noise_var=0.5, alignment_gain=2.0, n0=1.0, sensitivity=2.0, delta_l=1e-3)
+    ref = float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=math.sqrt(0.5 + 1.0 / 4.0), delta=1e-3))
+    for p in (0.1, 0.5, 1.0):
+        tight = tight_round(participation_prob=p, **kw)
+        assert float(tight.epsilon_local) == pytest.approx(ref, rel=1e-12)
+        assert float(tight.delta_local) == pytest.approx(p * 1e-3, rel=1e-12)
+        assert float(tight.local_sampling_rate) == 1.0  # its RDP view is the plain Gaussian
+        assert bool(tight.classic_valid_local)
+    # paper amplifies by p: a theorem only for p = 1 (and its classic step needs eps_0 <= 1)
+    big = dict(kw, noise_var=400.0)
+    assert not bool(paper_round(participation_prob=0.5, **big).classic_valid_local)
+    assert bool(paper_round(participation_prob=1.0, **big).classic_valid_local)
+    per_user = paper_round(participation_prob=torch.tensor([1.0, 0.0, 1.0], dtype=F64), noise_var=400.0,
+                           alignment_gain=2.0, n0=1.0, sensitivity=2.0, delta_l=1e-3)
+    assert bool(per_user.classic_valid_local)  # a user who never takes part is no exception
 
 
 def test_paper_flags_its_classic_step_outside_the_valid_range():

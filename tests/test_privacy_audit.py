@@ -14,7 +14,7 @@ import torch
 from scipy.stats import norm
 
 from otafl.errors import OtaflInputError
-from otafl.privacy.accountants import paper_round
+from otafl.privacy.accountants import paper_round, tight_round
 from otafl.privacy.audit import audit_round, clopper_pearson
 from otafl.privacy.exact import RoundSpec, binomial_count_law, local_count_law, round_delta
 
@@ -94,3 +94,23 @@ def test_the_audit_is_reproducible_and_rejects_bad_input():
     for bad in (dict(samples=0), dict(adversary="oracle"), dict(confidence=1.0), dict(rounds=0)):
         with pytest.raises(OtaflInputError):
             audit_round(spec, [0.5], **{"samples": 10, "generator": gen, **bad})
+
+
+def test_tight_ldp_holds_where_amplification_by_sampling_fails():
+    # K = 50, sigma^2 = 0.5, N0/c^2 = 1, d = 20, Delta = 2, delta_l = 1e-2, p = 0.1. The server sees
+    # N(0, N0/c^2) without user k and N(g_k, sigma^2 + N0/c^2) with it: the received energy tells
+    # them apart, so eps amplified by p (log(1 + p (e^eps - 1))) understates the leakage. tight's
+    # unamplified eps with delta p delta_l (joint convexity) holds.
+    p, delta_l = 0.1, 1e-2
+    tight = tight_round(participation_prob=p, users=50, noise_var=0.5, alignment_gain=1.0, n0=1.0,
+                        sensitivity=2.0, delta_l=delta_l)
+    amplified = math.log1p(p * math.expm1(float(tight.epsilon_local)))
+    spec = RoundSpec(participation_prob=one(p), own_noise_var=one(0.5), others_noise_var=one(0.5),
+                     channel_noise_var=one(1.0), half_sensitivity=one(1.0), law=local_count_law(1), dim=20)
+    eps = torch.tensor([amplified, float(tight.epsilon_local)], dtype=F64)
+    res = audit_round(spec, eps, samples=200_000, generator=torch.Generator().manual_seed(0), confidence=0.999)
+    claimed = float(tight.delta_local)  # p delta_l = 1e-3
+    assert float(res.lower[0]) > claimed  # the amplified claim is violated
+    assert float(res.upper[1]) < claimed  # the sound one is not
+    up, _ = round_delta(eps[None], spec)  # and exact agrees with the audit
+    assert float(res.lower[0]) <= float(up[0, 0]) and float(up[0, 1]) <= claimed

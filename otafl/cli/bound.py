@@ -306,13 +306,15 @@ def render_table(result: dict) -> str:
         line.append(_fmt(first["mean_participants"]))
         for name in names:
             row = by_acc[name]
-            mark = ""
+            mark = mark_l = ""
             if name == "paper" and row["defined"] and not row["classic_valid"]:
                 mark, _ = "!", notes.add("!")
+            if name == "paper" and row["epsilon_local"] > 0 and not row["classic_valid_local"]:
+                mark_l, _ = "?", notes.add("?")
             if not row["defined"]:
                 notes.add(row["reason"])
             cells = [row["epsilon_local"], row["epsilon_central"]] + ([row["epsilon_central_total"]] if with_totals else [])
-            line += [_fmt(cells[0]), _fmt(cells[1]) + mark] + [_fmt(v) for v in cells[2:]]
+            line += [_fmt(cells[0]) + mark_l, _fmt(cells[1]) + mark] + [_fmt(v) for v in cells[2:]]
         lines.append(line)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines) + "\n"
@@ -320,7 +322,11 @@ def render_table(result: dict) -> str:
     if "!" in notes:
         legend.append("! paper's classic Gaussian step is outside its validity range (eps_0 > 1): the classic "
                       "formula can understate the leakage there; compare with tight")
-    legend += [f"inf: {r}" for r in sorted(n for n in notes if n != "!")]
+    if "?" in notes:
+        legend.append("? paper's local epsilon is amplified by sampling, a theorem only for users with p = 1 "
+                      "(the server can tell from the received energy who transmitted) and eps_0 <= 1; "
+                      "tight's local epsilon is not amplified and holds")
+    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?"))]
     return text + "".join(f"{line}\n" for line in legend)
 
 

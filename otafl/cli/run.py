@@ -56,4 +56,7 @@ def run(spec, overrides, out_dir, seed, device, quiet):
             click.echo(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
                        f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
                        f"eps_central {s[f'{name}_epsilon_central_total']:.4g} "
-                       f"({s.get(f'{name}_composition', '')})")
+                       f"({s.get(f'{name}_composition', '')})"
+                       + ("" if s.get(f"{name}_classic_valid", True) else
+                          "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
+                          "not a guaranteed bound]"))

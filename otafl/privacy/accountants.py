@@ -26,15 +26,19 @@ Accountants (spec: shared/spec/privacy.md):
   q = min(1, p_max / (1 - delta')). The classic Gaussian step is only a theorem where
   its eps_0 <= 1: ``classic_valid`` flags it; outside it ``paper`` can *understate* the
   leakage (for Delta/s above ~2 the analytic eps is larger) and is not a guaranteed bound.
+  Its LDP amplification assumes the server cannot tell who took part; it can (see
+  :func:`_local_dp`), so ``classic_valid_local`` is False wherever 0 < p_k < 1.
 - ``tight``: the same argument with sharper pieces: the exact Poisson-binomial quantile
   of |K_t|, the analytic Gaussian mechanism (Balle & Wang 2018), and the channel noise
-  N0/c_t^2 in the central noise. It never exceeds ``paper`` where ``paper`` is valid.
+  N0/c_t^2 in the central noise. Its central eps never exceeds ``paper``'s where
+  ``paper`` is valid. Its LDP is *not* amplified by sampling: (eps_G, p_k delta_l) by
+  joint convexity, a theorem whatever the server can tell (the spec's "never exceeds
+  paper" holds for LDP only at p = 1, where ``paper`` is a theorem too).
 
-Both rest on the fixed-noise assumption described in :mod:`otafl.privacy.compose`
-(user k's own noise is treated as present whether or not it participates). For LDP
-that matters most: with little channel noise the honest-but-curious server could tell
-a participating user from an absent one by the residual's norm, and then the sampling
-amplification in eps does not hold; the spec's ``exact`` accountant models this.
+The central steps of both treat user k's own noise as present whether or not it takes
+part (:mod:`otafl.privacy.compose`); with few participants in d dimensions the variance
+a participant adds is visible, which the ``exact`` accountant models (and
+``otafl audit`` measures: sound but loose at the paper preset).
 
 Adding an accountant: write ``otafl/privacy/<name>.py`` with a ``round_bound`` function
 of the signature above (:func:`prepare_round` does the validation, the uniform/per-user
@@ -51,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor
@@ -242,11 +246,14 @@ class RoundBound:
     central_noise_std : s_c,t, the Gaussian noise std (gradient units) the central step
         relies on (0 where undefined); ``central_sampling_rate`` q_t = min(1, p_max/(1 - delta')).
         With ``sensitivity`` they are the round's sampled-Gaussian view for RDP.
-    local_noise_std, local_sampling_rate : the dominating (smallest noise, largest p)
-        sampled-Gaussian view over users, for RDP composition of the LDP.
-    classic_valid, classic_valid_local : the classic Gaussian step's eps_0 <= 1 (central;
-        local for every user who can take part). Always True for accountants without a
-        classic step.
+    local_noise_std, local_sampling_rate : the dominating (smallest noise, largest rate)
+        sampled-Gaussian view over users, for RDP composition of the LDP (rate p_max for
+        ``paper``, 1 for ``tight``, whose LDP is not amplified).
+    classic_valid : the classic Gaussian step's eps_0 <= 1 (central). Always True for
+        accountants without a classic step.
+    classic_valid_local : the LDP step is a theorem for every user who can take part; for
+        ``paper`` that needs eps_0 <= 1 *and* p_k = 1 (no amplification, see
+        :func:`_local_dp`). Always True for the other accountants.
     reason : int64 bit mask of :data:`REASONS` (0 = both bounds finite and defined).
     """
 
@@ -277,30 +284,64 @@ CENTRAL_REASONS = REASON_HOEFFDING | REASON_DELTA_PRIME | REASON_NO_CENTRAL_NOIS
 """The reason bits that make the central bound +inf."""
 
 
-def _local_dp(x: RoundInputs, gaussian_epsilon: Callable[..., Tensor]):
-    """Per-user LDP, worst user: eps_l,k = log(1 + p_k (exp(eps_G(Delta, s_k, delta_l)) - 1)).
+class _Local(NamedTuple):
+    """The LDP part of a round (worst user), as :func:`_local_dp` computes it."""
 
-    s_k^2 = sigma_k^2 + N0/c_t^2 (only user k's own noise and the channel protect it from
-    a server colluding with the others). Returns (eps_max [...], delta_max [...],
-    eps0 valid flag [...], no-noise flag [...], smallest local std [...]), natural shapes.
+    epsilon: Tensor      # max_k eps_l,k
+    delta: Tensor        # max_k p_k delta_l
+    valid: Tensor        # the step is a theorem for every user who can take part (see _local_dp)
+    no_noise: Tensor     # some user who can take part has s_k = 0
+    noise_std: Tensor    # the smallest s_k over users who can take part
+    sampling_rate: Tensor  # the RDP view's rate
+
+
+def _local_dp(x: RoundInputs, gaussian_epsilon: Callable[..., Tensor], *, amplify: bool):
+    """Per-user LDP, worst user, delta_l,k = p_k delta_l.
+
+    s_k^2 = sigma_k^2 + N0/c_t^2 (only user k's own noise and the channel protect it from a
+    server colluding with the others), eps_G,k = eps_G(Delta, s_k, delta_l).
+
+    ``amplify=True`` (``paper``): eps_l,k = log(1 + p_k (exp(eps_G,k) - 1)), amplification by
+    sampling. That is a theorem only if the server cannot tell whether user k took part;
+    it can, from the received energy, whenever user k adds noise of its own (the output
+    is N(0, N0/c^2) without user k and N(g_k, sigma_k^2 + N0/c^2) with it), so the
+    amplified eps is flagged (``valid`` False) for every user with 0 < p_k < 1. (Without
+    own noise, sigma_k = 0, the absent-user output is a Gaussian shift of the present one
+    by ||g_k|| <= L, and amplification holds if L <= Delta; the accountant does not know L,
+    so it does not claim that case either.)
+
+    ``amplify=False`` (``tight``): eps_l,k = eps_G,k, sound for any p_k by joint convexity of
+    the hockey-stick divergence: the two neighbouring outputs are (1 - p) R + p P1 and
+    (1 - p) R + p Q1 with the same R (user k absent), so H_e^eps <= p H_e^eps(P1 || Q1)
+    <= p delta_l. Users with p_k = 0 leak nothing (eps 0).
+
+    Returns a :class:`_Local` of natural-shaped tensors.
     """
     s_local = torch.sqrt(x.noise_var + x.channel_noise_var.unsqueeze(-1))
     eps0 = gaussian_epsilon(sensitivity=x.sensitivity.unsqueeze(-1), noise_std=s_local,
                             delta=x.delta_l.unsqueeze(-1))
-    eps, _ = amplify_by_sampling(epsilon=eps0, delta=0.0, sampling_rate=x.participation_prob)
+    p = x.participation_prob
+    if amplify:
+        eps, _ = amplify_by_sampling(epsilon=eps0, delta=0.0, sampling_rate=p)
+    else:
+        eps = torch.where(p > 0, eps0, torch.zeros_like(eps0))
     delta = x.max_participation_prob * x.delta_l
+    active = p > 0
+    # amplification is a theorem here only for a user who always (or never) takes part
+    sound = ~active | (p >= 1) if amplify else torch.ones_like(active)
+    # the RDP view: a sampled Gaussian at rate p_max when amplified, the plain Gaussian otherwise
+    rate = x.max_participation_prob if amplify else (x.max_participation_prob > 0).to(torch.float64)
     if x.uniform:
-        active = x.participation_prob[..., 0] > 0
-        s0, e0 = s_local[..., 0], eps0[..., 0]
-        return eps[..., 0], delta, (e0 <= 1) | ~active, (s0 == 0) & active, s0
-    active = x.participation_prob > 0
+        s0, e0, a0 = s_local[..., 0], eps0[..., 0], active[..., 0]
+        return _Local(eps[..., 0], delta, ((e0 <= 1) | ~a0) & sound[..., 0], (s0 == 0) & a0, s0, rate)
     s_min = torch.where(active, s_local, torch.full_like(s_local, math.inf)).amin(-1)
-    return (eps.amax(-1), delta, ((eps0 <= 1) | ~active).all(-1), ((s_local == 0) & active).any(-1), s_min)
+    return _Local(eps.amax(-1), delta, (((eps0 <= 1) | ~active) & sound).all(-1),
+                  ((s_local == 0) & active).any(-1), s_min, rate)
 
 
 def _finish(x: RoundInputs, *, local, quantile, s_central, eps0_c, hoeffding_undefined, classic: bool) -> RoundBound:
     """Amplify the central step, set reasons and +inf where undefined, broadcast to the grid."""
-    eps_l, delta_loc, valid_l, no_local_noise, s_local = local
+    eps_l, delta_loc, valid_l, no_local_noise, s_local, rate_l = local
     dp = x.delta_prime
     dp_bad = dp >= 1
     reason = dp_bad.long() * REASON_DELTA_PRIME
@@ -330,7 +371,7 @@ def _finish(x: RoundInputs, *, local, quantile, s_central, eps0_c, hoeffding_und
         delta_central=grid(delta_c), users=grid(x.users), mean_participants=grid(x.mean_participants),
         delta_prime=grid(dp), quantile=grid(quantile), central_noise_std=grid(s_central),
         central_sampling_rate=grid(q), local_noise_std=grid(s_local),
-        local_sampling_rate=grid(x.max_participation_prob), sensitivity=grid(x.sensitivity),
+        local_sampling_rate=grid(rate_l), sensitivity=grid(x.sensitivity),
         classic_valid=grid(valid_c), classic_valid_local=grid(valid_l), reason=grid(reason))
 
 
@@ -405,7 +446,7 @@ def paper_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     """
     x = prepare_round(participation_prob=participation_prob, noise_var=noise_var, alignment_gain=alignment_gain,
                       n0=n0, sensitivity=sensitivity, delta_l=delta_l, delta_prime=delta_prime, users=users, dim=dim)
-    local = _local_dp(x, classic_gaussian_epsilon)
+    local = _local_dp(x, classic_gaussian_epsilon, amplify=True)
     dp = torch.clamp(x.delta_prime, max=1.0 - 1e-16)
     m = hoeffding_lower_quantile(mean_participants=x.mean_participants, users=x.users, delta_prime=dp)
     undefined = m <= 0
@@ -425,12 +466,13 @@ def tight_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     - eps_G = the analytic Gaussian mechanism (Balle & Wang 2018), for LDP and central;
     - central noise s_c^2 = m_t sigma_min^2 + N0/c_t^2 (the channel noise counts).
 
-    Where ``paper``'s classic step is valid (eps_0 <= 1) this never exceeds ``paper``.
-    See the module docstring for the arguments.
+    LDP: eps_G(Delta, sqrt(sigma_k^2 + N0/c_t^2), delta_l) without amplification, delta
+    p_k delta_l (:func:`_local_dp`). Where ``paper``'s classic step is valid (eps_0 <= 1)
+    the central eps never exceeds ``paper``'s. See the module docstring for the arguments.
     """
     x = prepare_round(participation_prob=participation_prob, noise_var=noise_var, alignment_gain=alignment_gain,
                       n0=n0, sensitivity=sensitivity, delta_l=delta_l, delta_prime=delta_prime, users=users, dim=dim)
-    local = _local_dp(x, analytic_gaussian_epsilon)
+    local = _local_dp(x, analytic_gaussian_epsilon, amplify=False)
     dp = torch.clamp(x.delta_prime, max=1.0 - 1e-16)
     if x.uniform:
         m = binomial_lower_quantile(users=x.users, p=x.participation_prob[..., 0], delta_prime=dp)
@@ -480,7 +522,7 @@ class Accountant:
 ACCOUNTANTS: dict[str, Accountant] = {
     "paper": Accountant("paper", paper_round, "the paper's closed forms: Hoeffding quantile, classic Gaussian"),
     "tight": Accountant("tight", tight_round,
-                        "exact Poisson-binomial quantile, analytic Gaussian, channel noise included"),
+                        "exact Poisson-binomial quantile, analytic Gaussian, channel noise included, unamplified LDP"),
     "exact": Accountant("exact", lazy_round_bound("otafl.privacy.exact:round_bound"),
                         "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
 }
