@@ -17,16 +17,15 @@ participants, which is what each of ``exact``'s two conditional bounds charges.
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
-import json
 import math
 from typing import Any, Sequence
 
 import click
 import torch
 
+from otafl.cli.options import (delta_options, echo_result, grid_options, output_options, parse_delta_prime,
+                               parse_list)
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round
 from otafl.privacy.exact import (
@@ -193,36 +192,10 @@ def render_table(result: dict) -> str:
                    f"{100 * m['confidence']:g}% {m['interval']}\n")
 
 
-def render_csv(result: dict) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(result["rows"][0]), lineterminator="\n")
-    writer.writeheader()
-    for row in result["rows"]:
-        writer.writerow({k: ("inf" if isinstance(v, float) and v == math.inf else v) for k, v in row.items()})
-    return buf.getvalue()
-
-
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 @click.command("audit")
-@click.option("--users", default="200", show_default=True, help="Number of users K (comma list).")
-@click.option("--p", "p", default="0.5", show_default=True, help="Participation probability in (0, 1] (comma list).")
-@click.option("--sigma2", default="0.1", show_default=True,
-              help="Artificial noise variance per coordinate, gradient units (comma list).")
-@click.option("--clip", default="1", show_default=True, help="Clipping norm L; sensitivity is 2L (comma list).")
-@click.option("--snr-db", "snr_db", default="10", show_default=True, help="Transmit SNR in dB (comma list).")
-@click.option("--delta-l", "delta_l", type=float, default=1e-5, show_default=True,
-              help="delta of the Gaussian step (and exact's per-round target delta).")
-@click.option("--delta-prime", "delta_prime", default="auto", show_default=True,
-              help="Concentration failure probability for paper/tight: a number in (0, 1) or auto.")
+@grid_options
+@delta_options(delta_l_help="delta of the Gaussian step (and exact's per-round target delta).",
+               delta_prime_help="Concentration failure probability for paper/tight: a number in (0, 1) or auto.")
 @click.option("--n0", type=float, default=1.0, show_default=True, help="Receiver noise variance N0; 0 = none.")
 @click.option("--dim", type=int, default=7850, show_default=True, help="Model dimension d.")
 @click.option("--accountant", "accountant", multiple=True, default=DEFAULT_ACCOUNTANTS, show_default=True,
@@ -236,23 +209,16 @@ def _json_safe(value):
               help="hidden: knows only the law of the participant count (the real threat); others / total: "
                    "also knows the number of other / of all participants (exact's two conditional bounds).")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Two-sided interval level.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@output_options
 def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, samples, seed,
           scope, adversary, confidence, fmt, device):
     """Monte Carlo audit of the mechanism beside each accountant's (epsilon, delta)."""
-    from otafl.cli.bound import _delta_prime, parse_list
     from otafl.device import resolve_device
 
     names = list(dict.fromkeys(a.strip() for group in accountant for a in str(group).split(",") if a.strip()))
     result = audit_grid(
         users=parse_list("users", users, int), p=parse_list("p", p), sigma2=parse_list("sigma2", sigma2),
         clip=parse_list("clip", clip), snr_db=parse_list("snr_db", snr_db), accountants=names, samples=samples,
-        seed=seed, delta_l=delta_l, delta_prime=_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
+        seed=seed, delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
         scope=scope, adversary=adversary, confidence=confidence, device=resolve_device(device))
-    if fmt == "json":
-        click.echo(json.dumps(_json_safe(result), indent=1, allow_nan=False))
-    elif fmt == "csv":
-        click.echo(render_csv(result), nl=False)
-    else:
-        click.echo(render_table(result), nl=False)
+    echo_result(result, fmt, render_table)

@@ -16,16 +16,15 @@ round. ``--rounds T`` adds the totals over T rounds (smallest of basic, advanced
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
-import json
 import math
 from typing import Any, Sequence
 
 import click
 import torch
 
+from otafl.cli.options import (CommaChoice, delta_options, echo_result, grid_options, output_options,
+                               parse_delta_prime, parse_list)
 from otafl.device import resolve_device
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants import (
@@ -42,26 +41,6 @@ DEFAULT_DIM = 7850
 """Model dimension of the paper's single-layer MNIST model (784 x 10 weights + 10 biases)."""
 
 GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
-
-
-def parse_list(name: str, text: str | Sequence, cast=float) -> list:
-    """'0.1,0.5' -> [0.1, 0.5]; an OtaflInputError naming the option for anything else."""
-    items = [text] if not isinstance(text, str) else text.split(",")
-    out = []
-    for item in items:
-        item = str(item).strip()
-        if not item:
-            continue
-        try:
-            value = cast(item)
-        except ValueError:
-            raise OtaflInputError(f"{name} = {item!r} is not a {cast.__name__}") from None
-        if cast is float and not math.isfinite(value):
-            raise OtaflInputError(f"{name} = {item!r} is outside the allowed range (finite numbers)")
-        out.append(value)
-    if not out:
-        raise OtaflInputError(f"{name} is empty; give a comma-separated list")
-    return out
 
 
 def _map_fields(bound: RoundBound, fn) -> RoundBound:
@@ -259,32 +238,12 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     return {"rows": rows, "meta": meta}
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _fmt(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
         return "inf" if value == math.inf else f"{value:.4g}"
     return "" if value is None else str(value)
-
-
-def render_csv(result: dict) -> str:
-    rows = result["rows"]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("inf" if isinstance(v, float) and v == math.inf else v) for k, v in row.items()})
-    return buf.getvalue()
 
 
 def render_table(result: dict) -> str:
@@ -330,42 +289,15 @@ def render_table(result: dict) -> str:
     return text + "".join(f"{line}\n" for line in legend)
 
 
-class _CommaChoice(click.Choice):
-    """A click.Choice that also accepts a comma-separated list (returned as a tuple)."""
-
-    name = "comma_choice"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        return tuple(super(_CommaChoice, self).convert(v.strip(), param, ctx) for v in str(value).split(",")
-                     if v.strip())
-
-
-def _delta_prime(value: str) -> float | str:
-    if value == "auto":
-        return "auto"
-    try:
-        return float(value)
-    except ValueError:
-        raise OtaflInputError(f"delta_prime = {value!r} is outside the allowed range (0, 1) or 'auto'") from None
-
-
 @click.command("bound")
-@click.option("--users", default="200", show_default=True, help="Number of users K (comma list).")
-@click.option("--p", "p", default="0.5", show_default=True, help="Participation probability in (0, 1] (comma list).")
-@click.option("--sigma2", default="0.1", show_default=True,
-              help="Artificial noise variance per coordinate, gradient units (comma list).")
-@click.option("--clip", default="1", show_default=True, help="Clipping norm L; sensitivity is 2L (comma list).")
-@click.option("--snr-db", "snr_db", default="10", show_default=True, help="Transmit SNR in dB (comma list).")
-@click.option("--delta-l", "delta_l", type=float, default=1e-5, show_default=True,
-              help="delta of the Gaussian step.")
-@click.option("--delta-prime", "delta_prime", default="auto", show_default=True,
-              help="Concentration failure probability: a number in (0, 1) or auto = 2 exp(-2 mu^2/K) + 1e-5.")
+@grid_options
+@delta_options(delta_l_help="delta of the Gaussian step.",
+               delta_prime_help="Concentration failure probability: a number in (0, 1) or auto = "
+                                "2 exp(-2 mu^2/K) + 1e-5.")
 @click.option("--n0", type=float, default=None, help="Receiver noise variance N0; 0 = no channel noise [default: 1, "
                                                      "or the channel preset's].")
 @click.option("--dim", type=int, default=DEFAULT_DIM, show_default=True, help="Model dimension d.")
-@click.option("--accountant", "accountant", type=_CommaChoice(sorted(ACCOUNTANTS)), multiple=True,
+@click.option("--accountant", "accountant", type=CommaChoice(sorted(ACCOUNTANTS)), multiple=True,
               default=("paper",), show_default=True, help="Accountant(s), repeatable or comma-separated.")
 @click.option("--rounds", type=int, default=None, help="Also compose over T rounds (basic/advanced/RDP).")
 @click.option("--delta-target", "delta_target", type=float, default=None,
@@ -373,8 +305,7 @@ def _delta_prime(value: str) -> float | str:
 @click.option("--channel", default=None, metavar="PRESET",
               help="Channel preset (name in channels/ or a TOML path): draw fading instead of h = 1.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fading draw (--channel).")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@output_options
 @click.pass_context
 def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_target,
           channel, seed, fmt, device):
@@ -388,11 +319,6 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
         users=[] if channel else parse_list("users", users, int), p=parse_list("p", p),
         sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
         snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=names, delta_l=delta_l,
-        delta_prime=_delta_prime(delta_prime), n0=(1.0 if n0 is None and channel is None else n0), dim=dim,
+        delta_prime=parse_delta_prime(delta_prime), n0=(1.0 if n0 is None and channel is None else n0), dim=dim,
         rounds=rounds, channel=channel, seed=seed, delta_target=delta_target, device=resolve_device(device))
-    if fmt == "json":
-        click.echo(json.dumps(_json_safe(result), indent=1, allow_nan=False))
-    elif fmt == "csv":
-        click.echo(render_csv(result), nl=False)
-    else:
-        click.echo(render_table(result), nl=False)
+    echo_result(result, fmt, render_table)

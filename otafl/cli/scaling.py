@@ -10,7 +10,7 @@ import math
 import click
 import numpy as np
 
-from otafl.cli.bound import _CommaChoice, _delta_prime, _json_safe
+from otafl.cli.options import CommaChoice, json_safe, output_options, parse_delta_prime
 from otafl.device import resolve_device
 from otafl.errors import check_range
 from otafl.privacy.accountants import ACCOUNTANTS
@@ -28,13 +28,12 @@ from otafl.privacy.accountants import ACCOUNTANTS
 @click.option("--k-min", "k_min", type=float, default=1e2, show_default=True)
 @click.option("--k-max", "k_max", type=float, default=1e6, show_default=True)
 @click.option("--points", type=int, default=41, show_default=True, help="K values, log-spaced.")
-@click.option("--accountant", type=_CommaChoice(sorted(ACCOUNTANTS)), multiple=True, default=("paper",),
+@click.option("--accountant", type=CommaChoice(sorted(ACCOUNTANTS)), multiple=True, default=("paper",),
               show_default=True, help="Accountant(s), repeatable or comma-separated.")
 @click.option("--out", type=click.Path(dir_okay=False), default="figures/scaling.png", show_default=True,
               help="Where to write the log-log figure.")
 @click.option("--no-plot", is_flag=True, help="Do not draw the figure.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@output_options
 def scaling(p, a, sigma2, clip, delta_l, delta_prime, k_min, k_max, points, accountant, out, no_plot, fmt, device):
     """Fit and draw how the central leakage falls with K: fixed p (theory -1/2) and p = a/sqrt(K) (-3/4)."""
     from otafl.report.scaling import THEORY_SLOPES, plot_scaling, scaling_curves
@@ -46,7 +45,7 @@ def scaling(p, a, sigma2, clip, delta_l, delta_prime, k_min, k_max, points, acco
     names = list(dict.fromkeys(n for group in accountant for n in (group if isinstance(group, tuple) else (group,))))
     users = np.unique(np.round(np.logspace(math.log10(k_min), math.log10(k_max), points)))
     curves = scaling_curves(users=users, p=p, a=a, sigma2=sigma2, clip=clip, delta_l=delta_l,
-                            delta_prime=_delta_prime(delta_prime), accountants=names, device=resolve_device(device))
+                            delta_prime=parse_delta_prime(delta_prime), accountants=names, device=resolve_device(device))
     figure = None if no_plot else str(plot_scaling(curves, out))
     if fmt == "json":
         rows = [{"users": k, "accountant": n, "scheme": s, "p": p if s == "fixed_p" else a / math.sqrt(k),
@@ -54,7 +53,7 @@ def scaling(p, a, sigma2, clip, delta_l, delta_prime, k_min, k_max, points, acco
                 for n in names for s in ("fixed_p", "sqrt_p") for i, k in enumerate(curves["users"])]
         meta = {k: v for k, v in curves.items() if k not in ("curves", "users")}
         meta.update({"command": "scaling", "theory": THEORY_SLOPES, "figure": figure, "accountants": names})
-        click.echo(json.dumps(_json_safe({"rows": rows, "meta": meta}), indent=1, allow_nan=False))
+        click.echo(json.dumps(json_safe({"rows": rows, "meta": meta}), indent=1, allow_nan=False))
         return
     if fmt == "csv":
         buf = io.StringIO()

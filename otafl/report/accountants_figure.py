@@ -98,7 +98,7 @@ def plot_accountants(curves: dict, out: str | Path) -> Path:
 @click.option("--dim", type=int, default=PRESET["dim"], show_default=True)
 def main(out, p, users, sigma2, clip, delta_l, n0, dim):
     """Write the accountants figure (per-round central epsilon vs p)."""
-    from otafl.cli.bound import parse_list
+    from otafl.cli.options import parse_list
 
     curves = accountant_curves(p=parse_list("p", p), users=users, sigma2=sigma2, clip=clip, delta_l=delta_l,
                                n0=n0, dim=dim)
