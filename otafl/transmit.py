@@ -44,6 +44,7 @@ __all__ = [
     "transmit_power",
     "effective_noise_var",
     "resolve_noise_var",
+    "resolve_per_user",
     "assign_groups",
 ]
 
@@ -316,26 +317,34 @@ def effective_noise_var(noise_var: Tensor, active: Tensor, n0: float, c_t) -> Te
 
 def resolve_noise_var(sigma2: float | Sequence[float] | Tensor, group_of_user: Tensor, users: int,
                       *, n_groups: int | None = None) -> Tensor:
-    """Artificial-noise variance sigma_k^2 of every user from a scalar, per-group or per-user spec.
+    """Artificial-noise variance sigma_k^2 of every user from a scalar, per-group or per-user spec
+    (:func:`resolve_per_user` with the name ``transmit.sigma2``)."""
+    return resolve_per_user(sigma2, group_of_user, users, name="transmit.sigma2", n_groups=n_groups)
+
+
+def resolve_per_user(values: float | Sequence[float] | Tensor, group_of_user: Tensor, users: int, *,
+                     name: str, n_groups: int | None = None) -> Tensor:
+    """One finite value >= 0 per user from a scalar, per-group or per-user spec.
 
     Parameters
     ----------
-    sigma2 : float | sequence of float | tensor
+    values : float | sequence of float | tensor
         A scalar (or a length-1 list) applies to all users; a list of length ``n_groups``
         gives one value per group; a list of length K one per user. When n_groups == K the
         per-group reading is used (it equals the per-user one when user k is group k).
     group_of_user : [K], int64 — group index of each user (:func:`assign_groups`).
     users : int — K.
+    name : str — the spec key, quoted in errors (e.g. ``transmit.sigma2``).
     n_groups : int, optional — number of groups; default ``group_of_user.max() + 1``.
 
     Returns
     -------
-    sigma2 : [K], float64, >= 0
+    [K], float64, >= 0
 
     Raises
     ------
-    OtaflInputError : a negative or NaN variance (the message quotes it), or a list of a
-    length that is neither 1, n_groups nor K (the message names the allowed lengths).
+    OtaflInputError : a negative, infinite or NaN value (the message quotes it), or a list of
+    a length that is neither 1, n_groups nor K (the message names the allowed lengths).
     """
     users = int(users)
     groups = torch.as_tensor(group_of_user, dtype=torch.int64)
@@ -343,20 +352,20 @@ def resolve_noise_var(sigma2: float | Sequence[float] | Tensor, group_of_user: T
         raise OtaflInputError(f"group_of_user has shape {tuple(groups.shape)}; expected [{users}]")
     if n_groups is None:
         n_groups = int(groups.max()) + 1 if users > 0 else 0
-    values = torch.as_tensor(sigma2, dtype=torch.float64).reshape(-1)
-    for v in values.tolist():
-        check_range("transmit.sigma2", v, lo=0.0)
+    flat = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    for v in flat.tolist():
+        check_range(name, v, lo=0.0)
         if math.isinf(v):
-            raise out_of_range("transmit.sigma2", v, "[0, inf)")
-    n = values.numel()
+            raise out_of_range(name, v, "[0, inf)")
+    n = flat.numel()
     if n == 1:
-        return values.expand(users).clone()
+        return flat.expand(users).clone()
     if n == n_groups:
-        return values[groups]
+        return flat[groups]
     if n == users:
-        return values.clone()
+        return flat.clone()
     raise OtaflInputError(
-        f"transmit.sigma2 has {n} values; allowed lengths are 1 (all users), "
+        f"{name} has {n} values; allowed lengths are 1 (all users), "
         f"{n_groups} (one per group) or {users} (one per user)")
 
 

@@ -19,6 +19,7 @@ from otafl.transmit import (
     max_power,
     power_scale,
     resolve_noise_var,
+    resolve_per_user,
     transmit_power,
     transmit_signals,
     truncated_participation,
@@ -284,3 +285,7 @@ def test_resolve_noise_var_rejects_negative_values_and_wrong_lengths():
     with pytest.raises(OtaflInputError) as err:
         resolve_noise_var([0.1, 0.2], groups, 6)
     assert all(s in str(err.value) for s in ("2 values", "1", "3", "6"))
+    # the same expansion serves other per-user keys, named in their errors
+    assert resolve_per_user([1.0, 2.0, 3.0], groups, 6, name="channel.large_scale_gain")[-1] == 3.0
+    with pytest.raises(OtaflInputError, match="channel.large_scale_gain has 2 values"):
+        resolve_per_user([1.0, 2.0], groups, 6, name="channel.large_scale_gain")

@@ -30,7 +30,7 @@ from otafl.models import make_model, num_parameters
 from otafl.privacy.accountants import account_run
 from otafl.privacy.facts import RoundFacts
 from otafl.sampling import draw_participants, make_sampling
-from otafl.transmit import assign_groups, max_power, resolve_noise_var
+from otafl.transmit import assign_groups, max_power, resolve_noise_var, resolve_per_user
 
 STREAMS = ("data", "model", "fading", "coins", "noise")
 
@@ -73,19 +73,6 @@ def bind_flat_grad(params: list[torch.nn.Parameter]) -> Tensor:
         p.grad = flat[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
     return flat
-
-
-def _per_user(values, groups: Tensor, users: int, name: str) -> Tensor:
-    """Scalar, one value per group, or one per user -> [K] float64."""
-    v = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
-    n_groups = int(groups.max()) + 1
-    if v.numel() == 1:
-        return v.expand(users).clone()
-    if v.numel() == n_groups:
-        return v[groups]
-    if v.numel() == users:
-        return v
-    raise OtaflInputError(f"{name} has {v.numel()} values; allowed: 1, one per group ({n_groups}) or one per user ({users})")
 
 
 def _as_list(x) -> list:
@@ -135,7 +122,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         power=max_power(snr_user, dim, ch.n0).to(dev),
         noise_var=resolve_noise_var(tx.sigma2, groups, K).to(dev),
         n0=ch.n0, clip=tx.clip, dim=dim, alignment=tx.alignment, threshold=tx.threshold)
-    gain = _per_user(ch.large_scale_gain, groups, K, "channel.large_scale_gain")
+    gain = resolve_per_user(ch.large_scale_gain, groups, K, name="channel.large_scale_gain")
     h_all = make_fading(ch.fading, rician_k=ch.rician_k, rho=ch.rho).sample(T, gain, gens["fading"])
     scheme_params = {"uniform": {"p": sm.p}, "channel-aware": {"h_th": sm.h_th},
                      "time-varying": {"schedule": sm.schedule, "p_start": sm.p_start,
