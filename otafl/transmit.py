@@ -100,7 +100,8 @@ def clip_factors(norms: Tensor, clip: float) -> Tensor:
 
     Returns
     -------
-    factor : [K], dtype of ``norms``; 1 for norms <= L (a zero gradient keeps factor 1).
+    factor : [K], dtype of ``norms``; 1 for norms <= L (a zero gradient keeps factor 1),
+    0 for an infinite norm, NaN for a NaN norm (a diverged gradient stays visible).
     """
     clip = check_range("clip", clip, lo=0.0, lo_open=True)
     return clip / norms.clamp(min=clip)  # L / L = 1 exactly where ||g_k|| <= L

@@ -132,7 +132,7 @@ def test_layer_choice_follows_the_cost_comparison():
     assert [t.weight_grads is None for t in fast.terms] == expected
 
 
-@pytest.mark.parametrize("samples,batch", [(90, 9), (300, 9), (600, 9)])  # D_k = 7-8 < b; 25 > b; 50 > F = 40
+@pytest.mark.parametrize("samples,batch", [(90, 9), (300, 9)])  # D_k = 7-8 < b (padding); D_k = 25 > b
 @pytest.mark.parametrize("bias", [True, False])
 def test_input_sketch_preserves_inner_products_within_users_and_gives_the_loop_round(samples, batch, bias):
     gen = torch.Generator().manual_seed(7)
@@ -141,7 +141,7 @@ def test_input_sketch_preserves_inner_products_within_users_and_gives_the_loop_r
     y_train = torch.randint(0, CLASSES, (samples,), generator=gen)
     split = split_users(y_train, USERS, scheme="iid", generator=gen)
     sketch = InputSketch.build(x_train, split)
-    assert sketch.rank == min(int(split.counts.max()), FEATURES)
+    assert sketch.rank == int(split.counts.max()) < FEATURES
     idx, weight = sample_minibatches(split, batch, gen)
     x, phi = x_train[idx], sketch.minibatch(idx)
     # phi_j . phi_j' + 1 = x_j . x_j' + 1 for samples of one user (the last coordinate is the 1)
@@ -158,6 +158,20 @@ def test_input_sketch_preserves_inner_products_within_users_and_gives_the_loop_r
         coef = torch.rand(USERS, generator=gen, dtype=torch.float64)
         assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
         assert _rel(fast.materialise(), ref_grads) <= 1e-9
+
+
+def test_input_sketch_is_skipped_where_it_cannot_pay_off():
+    # r + 1 >= F (users hold about as many samples as there are features): materialising is cheaper
+    gen = torch.Generator().manual_seed(8)
+    x_train = torch.rand(600, FEATURES, generator=gen, dtype=torch.float64)  # D_k = 50 > F = 40
+    split = split_users(torch.randint(0, CLASSES, (600,), generator=gen), USERS, scheme="iid", generator=gen)
+    assert InputSketch.build(x_train, split) is None
+    # and the loop gathers it only where layer_method takes it for the first layer
+    small = InputSketch.build(x_train[:90], split_users(torch.zeros(90, dtype=torch.long), USERS, scheme="iid",
+                                                       generator=gen))
+    assert small.pays_off(nn.Linear(FEATURES, CLASSES), 32)
+    assert not small.pays_off(nn.Tanh(), 32)
+    assert not small.pays_off(nn.Linear(FEATURES, 30), 1)  # b = 1, F_out = 30: b^2 (F_in + F_out) < b F_out (r + 1)
 
 
 def test_input_sketch_refuses_mixed_rows_and_poisons_samples_nobody_holds():
@@ -270,3 +284,16 @@ def test_a_training_run_through_the_fast_path_equals_the_vmap_path(monkeypatch):
     assert fractions == pytest.approx([r["clipped_fraction"] for r in slow.rounds])
     assert any(0.0 < r["clipped_fraction"] < 1.0 for r in fast.rounds)
     assert torch.max(torch.abs(captured[0] - captured[1])).item() <= 1e-5
+
+
+def test_a_user_in_a_deep_fade_silences_the_round_under_min_alignment():
+    # h_k = 0 for one user: c_t = min_k h_k sqrt(...) = 0, so nobody can be aligned: no participant,
+    # no gradient, and the loop skips the update (participants = 0)
+    model, x, y, weight = _problem("single-layer")
+    grads = ghost_gradients(model, x, y, weight)
+    h = torch.ones(USERS, dtype=torch.float64)
+    h[3] = 0.0
+    agg = ota_aggregate(grads, h, torch.ones(USERS, dtype=torch.bool), _setup(grads.dim, 1.0, 0.1, 1.0),
+                        torch.Generator().manual_seed(0))
+    assert agg.alignment_gain == 0.0 and agg.participants == 0 and not bool(agg.transmitting.any())
+    assert agg.effective_noise_var == math.inf and not bool(agg.aligned_sum.any())

@@ -282,9 +282,9 @@ def render_table(result: dict) -> str:
         legend.append("! paper's classic Gaussian step is outside its validity range (eps_0 > 1): the classic "
                       "formula can understate the leakage there; compare with tight")
     if "?" in notes:
-        legend.append("? paper's local epsilon is amplified by sampling, a theorem only for users with p = 1 "
-                      "(the server can tell from the received energy who transmitted) and eps_0 <= 1; "
-                      "tight's local epsilon is not amplified and holds")
+        legend.append("? paper's local epsilon is not a guaranteed bound: it is amplified by sampling with p < 1 "
+                      "(the server can tell from the received energy who transmitted) or its classic step has "
+                      "eps_0 > 1; tight's local epsilon is not amplified and holds")
     legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?"))]
     return text + "".join(f"{line}\n" for line in legend)
 

@@ -48,9 +48,9 @@ private optimization on large model at small cost", ICML).
 
 The first linear layer's inputs are the raw features, whose inner products do not depend on
 w: :class:`InputSketch` factors every user's local Gram matrix once per run into short
-per-sample vectors phi_j with phi_j . phi_j' = x_j . x_j' (r = min(D_k, F) coordinates), so
+per-sample vectors phi_j with phi_j . phi_j' = x_j . x_j' (r = min(max_k D_k, F) coordinates), so
 the first layer's norm is that of the small [F_out, r] matrix sum_j delta_j phi_j^T,
-n b F_out r per round (with a constant coordinate appended, the bias gradient comes out of
+n b F_out (r + 1) per round (with a constant coordinate appended, the bias gradient comes out of
 the same product).
 
 Weight decay adds Omega w to every g_k, so ||g_k + Omega w||^2 = ||g_k||^2 +
@@ -270,18 +270,19 @@ class InputSketch:
 
     The first linear layer sees the raw features x_j [F]; its ghost norm needs only their
     inner products x_j . x_j' between samples of the *same* user, and those do not depend on
-    w. For user k with local data X_k [D_k, F], factor the local Gram matrix
-    X_k X_k^T = V_k Lambda_k V_k^T (eigendecomposition, float64) and give each local sample
-    the r-vector phi_j = row j of V_k Lambda_k^(1/2) (the top r = min(max_D, F) eigenpairs;
-    the rest are zero: rank X_k <= min(D_k, F)). Then phi_j . phi_j' = x_j . x_j' for any two
-    samples of user k, and with delta_j the output gradients of the user's minibatch
+    w. For user k with local data X_k [D_k, F] (zero-padded to max_D rows), the QR
+    factorisation X_k^T = Q_k R_k (Householder, float64; R_k is [r, max_D] with
+    r = min(max_D, F)) gives X_k X_k^T = R_k^T R_k, so each local sample gets the r-vector
+    phi_j = column j of R_k and phi_j . phi_j' = x_j . x_j' for any two samples of user k.
+    With delta_j the output gradients of the user's minibatch
 
         ||G_k||_F^2 = sum_{j, j'} (x_j . x_j') (delta_j . delta_j') = ||sum_j delta_j phi_j^T||_F^2,
 
     the norm of an [F_out, r] matrix instead of the [F_out, F] layer gradient. A constant
     last coordinate 1 is appended to every phi_j, so that the same product also yields the
     bias gradient sum_j delta_j (its last column) and its squared norm: one batched product
-    per round, n b F_out (r + 1) multiply-adds (:func:`layer_method`).
+    per round, n b F_out (r + 1) multiply-adds (:func:`layer_method`), against n b F_out F
+    for materialising the layer gradient: the sketch pays off when r + 1 < F.
 
     The sketch is exact only within a user: every minibatch row must hold samples of one
     user (:meth:`minibatch` checks it).
@@ -307,15 +308,17 @@ class InputSketch:
               users_per_chunk: int = 16) -> InputSketch | None:
         """From the training features [N, F] and a :class:`otafl.data.UserSplit`.
 
-        Returns None (the first layer then uses per-round Gram matrices) when the N (r + 1)
-        entries exceed ``max_entries`` (default 2^25, 128 MiB in float32) or when the split
-        is not a partition (a sample held by two users).
+        Returns None (the first layer then takes :func:`layer_method`'s Gram or materialised
+        norms) when the sketch could not be cheaper than materialising (r + 1 >= F), when
+        its N (r + 1) entries exceed ``max_entries`` (default 2^25, 128 MiB in float32), or
+        when the split is not a partition (a sample held by two users).
         """
         index = split.index.to(x_train.device)
         counts = split.counts.to(x_train.device)
         users, max_d = index.shape
-        rank = min(max_d, x_train.shape[1])
-        if x_train.shape[0] * (rank + 1) > max_entries:
+        n_features = x_train.shape[1]
+        rank = min(max_d, n_features)
+        if rank + 1 >= n_features or x_train.shape[0] * (rank + 1) > max_entries:
             return None
         valid = torch.arange(max_d, device=index.device)[None, :] < counts[:, None]  # [K, max_D]
         held = index[valid]  # row-major: user 0's samples, then user 1's, ...
@@ -327,13 +330,19 @@ class InputSketch:
         features = x_train.new_full((x_train.shape[0], rank + 1), math.nan)
         features[held] = 0.0
         features[held, rank] = 1.0
-        for start in range(0, users, users_per_chunk):
-            rows, ok = index[start : start + users_per_chunk], valid[start : start + users_per_chunk]
+        chunk = max(1, min(users_per_chunk, 2**24 // (max_d * n_features)))  # <= 128 MiB of float64
+        for start in range(0, users, chunk):
+            rows, ok = index[start : start + chunk], valid[start : start + chunk]
             xs = x_train[rows].to(torch.float64) * ok[:, :, None]  # [chunk, max_D, F], padding rows 0
-            eigval, eigvec = torch.linalg.eigh(torch.bmm(xs, xs.transpose(1, 2)))  # ascending
-            phi = eigvec[:, :, -rank:] * eigval[:, None, -rank:].clamp(min=0.0).sqrt()
-            features[rows[ok], :rank] = phi[ok].to(features.dtype)
+            r = torch.linalg.qr(xs.transpose(1, 2), mode="r").R  # [chunk, rank, max_D]: X X^T = R^T R
+            features[rows[ok], :rank] = r.transpose(1, 2)[ok].to(features.dtype)
         return cls(features, user_of)
+
+    def pays_off(self, layer: nn.Module, batch: int) -> bool:
+        """Whether :func:`layer_method` takes the sketch for ``layer`` (the model's first module)
+        at minibatch size ``batch``; when not, there is no point in gathering it."""
+        return isinstance(layer, nn.Linear) and layer_method(
+            batch, layer.in_features, layer.out_features, sketch_rank=self.rank) == "sketch"
 
     def minibatch(self, idx: Tensor) -> Tensor:
         """The sketched features [n, b, r + 1] of minibatches ``idx`` [n, b] (row k: samples of one

@@ -145,6 +145,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
         if t == 0:  # once per run: the users' feature sketches, for the first layer's norms
             input_sketch = InputSketch.build(x_train, split) if train and supports_ghost(model) else None
+            if input_sketch is not None and not input_sketch.pays_off(model[0], ds.batch_size):
+                input_sketch = None
         idx, weight = idx.to(dev)[active], weight.to(dev)[active]
         carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
         if not bool(carries.all()):  # they add nothing (e.g. b = 32 > D_k = 20 on embedded MNIST)

@@ -137,13 +137,14 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     _check_superposition(superposition)
     c_t, eligible = setup.gain(h)
     c = float(c_t)
-    transmitting = active if setup.alignment == "min" else active & eligible  # "min": all eligible
+    transmitting = active & eligible
     senders = transmitting.nonzero().view(-1)  # the transmitting users, in user order
     d = grads.dim
     if senders.numel() == 0 or c <= 0.0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
-        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, c, math.inf, 0.0)
+        return Aggregate(grads.norms.new_zeros(d), torch.zeros_like(transmitting), eligible, c, math.inf,
+                         0.0, 0)
     # which of the n computed gradients are sent (all of them unless the policy silences some)
     keep = None if setup.alignment == "min" else eligible[active]
     factor = clip_factors(grads.norms, setup.clip)
