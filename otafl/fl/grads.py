@@ -369,8 +369,9 @@ def supports_ghost(model: nn.Module) -> bool:
 
 
 def ghost_is_cheaper(batch: int, in_features: int, out_features: int) -> bool:
-    """Gram-matrix norms cost b^2 (F_in + F_out) per user; materialising G costs b F_in F_out."""
-    return batch * batch * (out_features + in_features) < batch * in_features * out_features
+    """Gram-matrix norms (b^2 (F_in + F_out) per user) beat materialising G (b F_in F_out):
+    :func:`layer_method` without a sketch."""
+    return layer_method(batch, in_features, out_features) == "gram"
 
 
 def layer_method(batch: int, in_features: int, out_features: int, *, sketch_rank: int | None = None,

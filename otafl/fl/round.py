@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -36,6 +37,7 @@ from otafl.transmit import (
     clip_factors,
     effective_noise_var,
     power_scale,
+    transmit_power,
     transmit_signals,
 )
 
@@ -47,9 +49,9 @@ class ChannelSetup:
     power : [K] float64, P_k = SNR_k d N0 (transmit power budget, signal units)
     noise_var : [K] float64, sigma_k^2 (artificial noise, gradient units)
 
-    Derived once (not arguments): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
+    Derived once (not an argument): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
     that user k's alignment bound in a round is h_k * bound_scale_k
-    (:func:`otafl.transmit.alignment_bound`), and ``spread_noise`` [K] = d sigma_k^2.
+    (:func:`otafl.transmit.alignment_bound`).
     """
 
     power: Tensor
@@ -60,13 +62,11 @@ class ChannelSetup:
     alignment: str = "min"
     threshold: float | None = None
     bound_scale: Tensor = field(init=False, repr=False)
-    spread_noise: Tensor = field(init=False, repr=False)
 
     def __post_init__(self):
         ones = torch.ones_like(self.power, dtype=torch.float64)
         object.__setattr__(self, "bound_scale",
                            alignment_bound(ones, self.power, self.clip, self.noise_var, self.dim))
-        object.__setattr__(self, "spread_noise", self.dim * self.noise_var.to(torch.float64))
 
     def gain(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """c_t and the eligible users for gains h [K]: :func:`otafl.transmit.alignment_gain`
@@ -99,6 +99,30 @@ SUPERPOSITIONS = ("aggregate", "per-user")
 def _check_superposition(superposition: str) -> None:
     if superposition not in SUPERPOSITIONS:
         raise OtaflInputError(f"superposition = {superposition!r} is not one of: {', '.join(SUPERPOSITIONS)}")
+
+
+class _ChannelState(NamedTuple):
+    gain: float  # c_t
+    eligible: Tensor  # [K] bool
+    transmitting: Tensor  # [K] bool, active & eligible; all False when c_t = 0
+    senders: Tensor  # [|K_t|] int64, the transmitting users in user order
+    noise_var: float  # sigma_z^2 = sum_{K_t} sigma_k^2 + N0 / c_t^2; inf when nobody transmits
+
+
+def _channel_state(h: Tensor, active: Tensor, setup: ChannelSetup) -> _ChannelState:
+    """The channel side of a round, shared by :func:`ota_aggregate` and :func:`channel_only`:
+    alignment gain, eligibility, who transmits, and the effective noise. With c_t = 0 nobody
+    can be aligned, so nobody transmits."""
+    c_t, eligible = setup.gain(h)
+    c = float(c_t)
+    transmitting = active & eligible
+    if c <= 0.0:
+        transmitting = torch.zeros_like(transmitting)
+    senders = transmitting.nonzero().view(-1)
+    if senders.numel() == 0:
+        return _ChannelState(c, eligible, transmitting, senders, math.inf)
+    eff = float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
+    return _ChannelState(c, eligible, transmitting, senders, eff)
 
 
 def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: ChannelSetup,
@@ -135,29 +159,25 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     setup : ChannelSetup.  generator : the noise stream (device of the gradients).
     """
     _check_superposition(superposition)
-    c_t, eligible = setup.gain(h)
-    c = float(c_t)
-    transmitting = active & eligible
-    senders = transmitting.nonzero().view(-1)  # the transmitting users, in user order
+    state = _channel_state(h, active, setup)
+    c, eligible, transmitting, senders = state.gain, state.eligible, state.transmitting, state.senders
     d = grads.dim
-    if senders.numel() == 0 or c <= 0.0:
+    if senders.numel() == 0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
-        return Aggregate(grads.norms.new_zeros(d), torch.zeros_like(transmitting), eligible, c, math.inf,
-                         0.0, 0)
+        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, c, state.noise_var, 0.0, 0)
+    eff = state.noise_var
     # which of the n computed gradients are sent (all of them unless the policy silences some)
     keep = None if setup.alignment == "min" else eligible[active]
     factor = clip_factors(grads.norms, setup.clip)
     coef = factor if keep is None else factor * keep.to(factor.dtype)
-    sigma2 = setup.noise_var.index_select(0, senders)
-    eff = float(sigma2.sum()) + (setup.n0 / (c * c) if setup.n0 > 0.0 else 0.0)
-    # E||x_k||^2 / P_k = alpha_k^2 (min(||g_k||, L)^2 + d sigma_k^2) / P_k with alpha_k = c_t / h_k
-    sent_sq = (grads.norms * coef).square()
+    sent_norms = grads.norms * coef  # min(||g_k||, L) for the senders
     if keep is not None:
-        sent_sq = sent_sq[keep]
-    h_tx = h.index_select(0, senders)
-    ratio = c * c * float(((sent_sq + setup.spread_noise.index_select(0, senders))
-                           / (h_tx * h_tx * setup.power.index_select(0, senders))).max())
+        sent_norms = sent_norms[keep]
+    h_tx, sigma2 = h.index_select(0, senders), setup.noise_var.index_select(0, senders)
+    alpha = power_scale(h_tx, c)
+    power = transmit_power(sent_norms, alpha, sigma2, setup.dim)
+    ratio = float((power / setup.power.index_select(0, senders)).max())
     if superposition == "aggregate":
         aligned = grads.weighted_sum(coef)
         if eff > 0.0:
@@ -166,7 +186,6 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     else:
         kept = slice(None) if keep is None else keep
         clipped = grads.materialise()[kept] * factor[kept, None]
-        alpha = power_scale(h_tx, c_t)
         signals = transmit_signals(clipped, alpha.to(clipped.dtype), sigma2, generator)
         gains = h_tx.to(clipped.dtype)
         y = superpose(signals, gains, torch.ones_like(gains, dtype=torch.bool), setup.n0, generator)
@@ -195,8 +214,6 @@ def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) 
     """
     if strategy == "ideal":
         return Aggregate(h.new_zeros(0), active.clone(), torch.ones_like(active), math.nan, 0.0, 0.0)
-    c_t, eligible = setup.gain(h)
-    transmitting = active & eligible
-    eff = (float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
-           if float(c_t) > 0 else math.inf)
-    return Aggregate(h.new_zeros(0), transmitting, eligible, float(c_t), eff, 0.0)
+    state = _channel_state(h, active, setup)
+    return Aggregate(h.new_zeros(0), state.transmitting, state.eligible, state.gain, state.noise_var, 0.0,
+                     state.senders.numel())
