@@ -50,9 +50,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from otafl.channel.fading import make_fading
 from otafl.config import load_spec
-from otafl.data import gather_rows, load_dataset, sample_minibatches, split_users
+from otafl.data import gather_rows, sample_minibatches
 from otafl.estimate import estimate_known
 from otafl.fl.grads import (
     InputSketch,
@@ -63,10 +62,9 @@ from otafl.fl.grads import (
     user_gradients,
 )
 from otafl.device import resolve_device
-from otafl.fl.loop import bind_flat_grad, make_generators, make_optimizer
-from otafl.fl.round import AGGREGATORS, ChannelSetup
-from otafl.models import make_model, num_parameters
-from otafl.transmit import assign_groups, max_power, resolve_noise_var
+from otafl.fl.loop import bind_flat_grad, make_optimizer
+from otafl.fl.round import AGGREGATORS
+from otafl.setup import build_run
 
 REPO = Path(__file__).resolve().parent.parent
 PAPER_SPEC = REPO / "experiments" / "paper-mnist.toml"
@@ -135,34 +133,22 @@ class RoundBench:
     def __init__(self, model_key: str, device: torch.device, seed: int = 0):
         spec = load_spec(PAPER_SPEC, PRESET + MODELS[model_key] + [f"train.seed={seed}"])
         self.spec = spec
-        ds, ch, tx, tr = spec.data, spec.channel, spec.transmit, spec.train
+        run = build_run(spec, device=device)  # the loop's own setup: data, split, model, channel
         self.device = device
-        self.gens = make_generators(seed, device)
-        data = load_dataset(ds.name, data_dir=ds.dir, seed=seed, test_fraction=ds.test_fraction)
-        self.x_train, self.y_train = data.x_train.to(device), data.y_train.to(device)
-        self.split = split_users(data.y_train, ds.users, scheme=ds.split, alpha=ds.alpha,
-                                 shards_per_user=ds.shards_per_user, generator=self.gens["data"])
-        base = make_model(spec.model.name, data.num_features, data.num_classes,
-                          hidden=spec.model.hidden, generator=self.gens["model"]).to(device)
-        dim = num_parameters(base)
-        snr = ch.snr_db if isinstance(ch.snr_db, list) else [ch.snr_db]
-        groups = assign_groups(ds.users, ch.group_sizes, len(snr))
-        snr_user = torch.as_tensor(snr, dtype=torch.float64)[groups]
-        self.setup = ChannelSetup(power=max_power(snr_user, dim, ch.n0).to(device),
-                                  noise_var=resolve_noise_var(tx.sigma2, groups, ds.users).to(device),
-                                  n0=ch.n0, clip=tx.clip, dim=dim, alignment=tx.alignment,
-                                  threshold=tx.threshold)
-        gain = torch.ones(ds.users, dtype=torch.float64)
-        self.fading = make_fading(ch.fading, rician_k=ch.rician_k, rho=ch.rho)
-        self.gain = gain
-        self.active = torch.ones(ds.users, dtype=torch.bool, device=device)  # p = 1
-        self.aggregate = AGGREGATORS[tr.aggregation]
-        self.weight_decay = tr.weight_decay
+        self.gens = run.generators
+        self.x_train, self.y_train = run.data.x_train.to(device), run.data.y_train.to(device)
+        self.split = run.split
+        base = run.model
+        self.setup = run.channel.setup
+        self.fading, self.gain = run.channel.fading, run.channel.large_scale_gain
+        self.active = torch.ones(spec.data.users, dtype=torch.bool, device=device)  # p = 1
+        self.aggregate = AGGREGATORS[spec.train.aggregation]
+        self.weight_decay = spec.train.weight_decay
         self.models, self.opts, self.flat_grads = {}, {}, {}
         for m in METHODS:
             model = copy.deepcopy(base)
             self.models[m] = model
-            self.opts[m] = make_optimizer("adam", model.parameters(), tr.lr)
+            self.opts[m] = make_optimizer("adam", model.parameters(), spec.train.lr)
             if m != "floor":  # the floor's backward writes its own .grad
                 self.flat_grads[m] = bind_flat_grad(list(model.parameters()))
         from opacus import GradSampleModule

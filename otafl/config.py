@@ -237,6 +237,14 @@ def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = 
     return spec_from_mapping(raw, base_dir=base, overrides=overrides)
 
 
+def spec_from_dict(d: Mapping[str, Any]) -> Spec:
+    """The inverse of :meth:`Spec.to_dict` (e.g. a stored run's ``params``): presets are
+    already applied there, so ``channel.preset`` is ignored, and ``None`` means the default."""
+    body = {section: {k: v for k, v in keys.items() if v is not None and (section, k) != ("channel", "preset")}
+            for section, keys in d.items()}
+    return spec_from_mapping(body)
+
+
 # --------------------------------------------------------------------------- validation
 
 _TYPES = {

@@ -1,6 +1,6 @@
 """Server-side estimators of the FedSGD gradient from the aligned over-the-air sum.
 
-The server divides the MAC output by the alignment gain (system-model.md, "Receiver"):
+The server divides the MAC output by the alignment gain (docs/model.md#estimators):
 
     a_t = y_t / c_t = sum_{k in K_t} g_k + sum_{k in K_t} n_{k,t} + m_t / c_t,
 
@@ -26,18 +26,19 @@ from typing import Callable
 
 from torch import Tensor
 
-from otafl.errors import OtaflInputError, check_range, out_of_range
+from otafl.errors import check_range, out_of_range
 
-__all__ = ["estimate_known", "estimate_unknown", "ESTIMATORS", "get_estimator", "apply_estimator"]
+__all__ = ["estimate_known", "estimate_unknown", "ESTIMATORS"]
 
 
-def estimate_known(aligned: Tensor, participants: int) -> Tensor | None:
+def estimate_known(aligned: Tensor, participants: int, mu: float | None = None) -> Tensor | None:
     """g_hat = (y_t / c_t) / |K_t|, or ``None`` (skip the update) when |K_t| = 0.
 
     Parameters
     ----------
     aligned : [d], float — y_t / c_t.
     participants : int — |K_t| >= 0, the number of users who transmitted.
+    mu : ignored (the registry's common signature).
 
     Returns
     -------
@@ -52,41 +53,27 @@ def estimate_known(aligned: Tensor, participants: int) -> Tensor | None:
     return aligned / n
 
 
-def estimate_unknown(aligned: Tensor, mu: float) -> Tensor:
-    """g_hat = (y_t / c_t) / mu_t with mu_t = sum_k p_{k,t} > 0.
+def estimate_unknown(aligned: Tensor, mu: float, participants: int | None = None) -> Tensor | None:
+    """g_hat = (y_t / c_t) / mu_t with mu_t = sum_k p_{k,t}, or ``None`` when mu_t = 0
+    (nobody could join: skip the update).
 
     Parameters
     ----------
     aligned : [d], float — y_t / c_t.
-    mu : float — expected number of participants mu_t > 0.
+    participants : ignored (the server does not know |K_t|).
+    mu : float — expected number of participants mu_t >= 0.
 
     Returns
     -------
-    g_hat : [d]; unbiased for sum_k p_{k,t} g_k / mu_t (= g_t when p is uniform, a
+    g_hat : [d] or None; unbiased for sum_k p_{k,t} g_k / mu_t (= g_t when p is uniform, a
     p-weighted mean otherwise, e.g. under channel-aware sampling).
     """
-    mu = check_range("mu_t", float(mu), lo=0.0, lo_open=True)
+    mu = check_range("mu_t", float(mu), lo=0.0)
+    if mu == 0.0:
+        return None
     return aligned / mu
 
 
-#: Estimators by name. ``known`` takes |K_t|, ``unknown`` takes mu_t (see :func:`apply_estimator`).
-ESTIMATORS: dict[str, Callable] = {"known": estimate_known, "unknown": estimate_unknown}
-
-
-def get_estimator(name: str) -> Callable:
-    """The estimator function registered under ``name`` (``"known"`` or ``"unknown"``)."""
-    if name not in ESTIMATORS:
-        raise OtaflInputError(
-            f"estimator {name!r} is unknown; choose one of: {', '.join(sorted(ESTIMATORS))}")
-    return ESTIMATORS[name]
-
-
-def apply_estimator(name: str, aligned: Tensor, *, participants: int, mu: float) -> Tensor | None:
-    """Run the named estimator, handing it the statistic it uses (|K_t| or mu_t).
-
-    Returns None when the ``known`` estimator skips the round (|K_t| = 0).
-    """
-    fn = get_estimator(name)
-    if fn is estimate_known:
-        return estimate_known(aligned, participants)
-    return fn(aligned, mu)
+#: Estimators by name, one signature: ``fn(aligned, *, participants, mu) -> [d] | None``
+#: (None: skip the round's update). ``known`` uses |K_t|, ``unknown`` uses mu_t.
+ESTIMATORS: dict[str, Callable[..., Tensor | None]] = {"known": estimate_known, "unknown": estimate_unknown}

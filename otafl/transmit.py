@@ -23,6 +23,7 @@ the gradients (float64 for exact checks, float32 is fine for training).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Sequence
 
@@ -33,6 +34,7 @@ from otafl.errors import OtaflInputError, check_range, out_of_range
 
 __all__ = [
     "ALIGNMENT_POLICIES",
+    "ChannelSetup",
     "max_power",
     "clip_gradients",
     "clip_factors",
@@ -421,3 +423,36 @@ def assign_groups(users: int, group_sizes: Sequence[int] | None, n_groups: int) 
             sizes[j] += 1
     return torch.repeat_interleave(torch.arange(n_groups, dtype=torch.int64),
                                    torch.tensor(sizes, dtype=torch.int64))
+
+
+@dataclass(frozen=True)
+class ChannelSetup:
+    """What stays fixed over a run: budgets, noise levels and the alignment policy.
+
+    power : [K] float64, P_k = SNR_k d N0 (transmit power budget, signal units)
+    noise_var : [K] float64, sigma_k^2 (artificial noise, gradient units)
+
+    Derived once (not an argument): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
+    that user k's alignment bound in a round is h_k * bound_scale_k
+    (:func:`alignment_bound`).
+    """
+
+    power: Tensor
+    noise_var: Tensor
+    n0: float
+    clip: float
+    dim: int
+    alignment: str = "min"
+    threshold: float | None = None
+    bound_scale: Tensor = field(init=False, repr=False)
+
+    def __post_init__(self):
+        ones = torch.ones_like(self.power, dtype=torch.float64)
+        object.__setattr__(self, "bound_scale",
+                           alignment_bound(ones, self.power, self.clip, self.noise_var, self.dim))
+
+    def gain(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """c_t and the eligible users for gains h [K]: :func:`alignment_gain`
+        with the per-run factor precomputed."""
+        return alignment_gain(h, self.power, self.clip, self.noise_var, self.dim, policy=self.alignment,
+                              threshold=self.threshold, bound=h * self.bound_scale)

@@ -81,7 +81,7 @@ def test_channel_traces_are_the_runs_own_fading_draw(results):
         run = store.runs()[0]
         stored = [r["mean_gain"] for r in store.rounds(run.id)]
         fig = make_figure(store, "channel")
-    h, groups, snr = regenerate_gains(run.params)
+    h, groups, snr = regenerate_gains(run)
     assert h.shape == (6, 9) and groups.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert h.mean(dim=1).tolist() == pytest.approx(stored, rel=1e-12, abs=0)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

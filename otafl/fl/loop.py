@@ -18,39 +18,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from otafl.device import resolve_device
-from otafl.channel.fading import make_fading
 from otafl.config import Spec
-from otafl.data import gather_rows, load_dataset, sample_minibatches, split_users
-from otafl.errors import OtaflInputError
-from otafl.estimate import estimate_known, estimate_unknown
+from otafl.data import gather_rows, sample_minibatches
+from otafl.estimate import ESTIMATORS
 from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
-from otafl.fl.round import AGGREGATORS, ChannelSetup, channel_only
-from otafl.models import make_model, num_parameters
+from otafl.fl.round import AGGREGATORS, channel_only
 from otafl.privacy.accountants import account_run
 from otafl.privacy.facts import RoundFacts
-from otafl.sampling import draw_participants, make_sampling
-from otafl.transmit import assign_groups, max_power, resolve_noise_var, resolve_per_user
-
-STREAMS = ("data", "model", "fading", "coins", "noise")
-
+from otafl.sampling import draw_participants
+from otafl.setup import build_run
 
 @dataclass
 class RunResult:
     summary: dict
     rounds: list[dict] = field(default_factory=list)
-
-
-def make_generators(seed: int, device: torch.device) -> dict[str, torch.Generator]:
-    """One independent generator per random stream, all derived from ``seed``."""
-    children = np.random.SeedSequence(seed).spawn(len(STREAMS))
-    gens = {}
-    for name, child in zip(STREAMS, children):
-        dev = device if name == "noise" else torch.device("cpu")
-        g = torch.Generator(device=dev)
-        g.manual_seed(int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
-        gens[name] = g
-    return gens
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
@@ -75,10 +56,6 @@ def bind_flat_grad(params: list[torch.nn.Parameter]) -> Tensor:
     return flat
 
 
-def _as_list(x) -> list:
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, x: Tensor, y: Tensor, batch: int = 4096) -> float:
     correct = 0
@@ -98,39 +75,15 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     Returns the run summary (JSON-able) and one record per round.
     """
     t0 = time.perf_counter()
-    dev = resolve_device(device or spec.train.device)
-    gens = make_generators(spec.train.seed, dev)
-    ds, ch, tx, sm, tr = spec.data, spec.channel, spec.transmit, spec.sampling, spec.train
+    run = build_run(spec, device=device)
+    dev, gens, data, split, model, dim = run.device, run.generators, run.data, run.split, run.model, run.dim
+    setup, h_all, p_all = run.channel.setup, run.channel.h, run.channel.p
+    ds, ch, sm, tx, tr = spec.data, spec.channel, spec.sampling, spec.transmit, spec.train
     K, T = ds.users, tr.rounds
-
-    data = load_dataset(ds.name, data_dir=ds.dir, seed=spec.train.seed, test_fraction=ds.test_fraction)
-    if K > data.x_train.shape[0]:
-        raise OtaflInputError(f"data.users = {K} is outside the allowed range [1, {data.x_train.shape[0]}] "
-                              f"(the training set has {data.x_train.shape[0]} samples)")
-    split = split_users(data.y_train, K, scheme=ds.split, alpha=ds.alpha,
-                        shards_per_user=ds.shards_per_user, generator=gens["data"])
-    model = make_model(spec.model.name, data.num_features, data.num_classes,
-                       hidden=spec.model.hidden, generator=gens["model"]).to(dev)
-    dim = num_parameters(model)
     x_train, y_train = data.x_train.to(dev), data.y_train.to(dev)
     x_test, y_test = data.x_test.to(dev), data.y_test.to(dev)
 
-    snr = _as_list(ch.snr_db)
-    groups = assign_groups(K, ch.group_sizes, len(snr))
-    snr_user = torch.as_tensor(snr, dtype=torch.float64)[groups]
-    setup = ChannelSetup(
-        power=max_power(snr_user, dim, ch.n0).to(dev),
-        noise_var=resolve_noise_var(tx.sigma2, groups, K).to(dev),
-        n0=ch.n0, clip=tx.clip, dim=dim, alignment=tx.alignment, threshold=tx.threshold)
-    gain = resolve_per_user(ch.large_scale_gain, groups, K, name="channel.large_scale_gain")
-    h_all = make_fading(ch.fading, rician_k=ch.rician_k, rho=ch.rho).sample(T, gain, gens["fading"])
-    scheme_params = {"uniform": {"p": sm.p}, "channel-aware": {"h_th": sm.h_th},
-                     "time-varying": {"schedule": sm.schedule, "p_start": sm.p_start,
-                                      "p_end": sm.p_end, "values": tuple(sm.values)}}[sm.scheme]
-    p_all = make_sampling(sm.scheme, **scheme_params).probabilities(h_all)
-    h_all, p_all = h_all.to(dev), p_all.to(dev)
-
-    aggregate = AGGREGATORS[tr.aggregation]
+    aggregate, estimate = AGGREGATORS[tr.aggregation], ESTIMATORS[spec.estimator.kind]
     params = list(model.parameters())
     opt = make_optimizer(tr.optimizer, params, tr.lr)
     flat_grad = bind_flat_grad(params)
@@ -169,10 +122,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         p_eff = p * agg.eligible.to(p.dtype)
         mu = float(p_eff.sum())
         n_tx = agg.participants
-        if spec.estimator.kind == "known":
-            g_hat = estimate_known(agg.aligned_sum, n_tx)
-        else:
-            g_hat = estimate_unknown(agg.aligned_sum, mu) if mu > 0 else None
+        g_hat = estimate(agg.aligned_sum, participants=n_tx, mu=mu)
         if train and g_hat is not None and n_tx > 0:
             flat_grad.copy_(g_hat)
             opt.step()

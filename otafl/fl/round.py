@@ -22,7 +22,7 @@ budget) and the *sum* of the clipped gradients, so the fast gradient path
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -32,47 +32,13 @@ from otafl.channel.mac import superpose
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import UserGradients
 from otafl.transmit import (
-    alignment_bound,
-    alignment_gain,
+    ChannelSetup,
     clip_factors,
     effective_noise_var,
     power_scale,
     transmit_power,
     transmit_signals,
 )
-
-
-@dataclass(frozen=True)
-class ChannelSetup:
-    """What stays fixed over a run: budgets, noise levels and the alignment policy.
-
-    power : [K] float64, P_k = SNR_k d N0 (transmit power budget, signal units)
-    noise_var : [K] float64, sigma_k^2 (artificial noise, gradient units)
-
-    Derived once (not an argument): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
-    that user k's alignment bound in a round is h_k * bound_scale_k
-    (:func:`otafl.transmit.alignment_bound`).
-    """
-
-    power: Tensor
-    noise_var: Tensor
-    n0: float
-    clip: float
-    dim: int
-    alignment: str = "min"
-    threshold: float | None = None
-    bound_scale: Tensor = field(init=False, repr=False)
-
-    def __post_init__(self):
-        ones = torch.ones_like(self.power, dtype=torch.float64)
-        object.__setattr__(self, "bound_scale",
-                           alignment_bound(ones, self.power, self.clip, self.noise_var, self.dim))
-
-    def gain(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """c_t and the eligible users for gains h [K]: :func:`otafl.transmit.alignment_gain`
-        with the per-run factor precomputed."""
-        return alignment_gain(h, self.power, self.clip, self.noise_var, self.dim, policy=self.alignment,
-                              threshold=self.threshold, bound=h * self.bound_scale)
 
 
 @dataclass

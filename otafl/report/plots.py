@@ -195,24 +195,15 @@ def _tradeoff(fig: Figure, store: ResultStore, groups: list[RunGroup], accountan
     ax.legend(loc="best")
 
 
-def regenerate_gains(params: dict):
-    """The run's fading draw h [T, K] (float64) and each user's SNR group [K], recomputed from
-    its spec: the loop draws h from the ``fading`` child generator of ``train.seed`` alone
-    (:func:`otafl.fl.loop.make_generators`), so the same spec gives the same h."""
-    import torch
+def regenerate_gains(run: StoredRun):
+    """The run's fading draw h [T, K] (float64), each user's SNR group [K] and the groups'
+    SNRs, recomputed from its stored spec by :func:`otafl.setup.build_channel` (the loop's
+    own channel setup: the same spec and seed give the same h)."""
+    from otafl.config import spec_from_dict
+    from otafl.setup import build_channel
 
-    from otafl.channel.fading import make_fading
-    from otafl.fl.loop import make_generators
-    from otafl.transmit import assign_groups
-
-    ch, K, T = params["channel"], int(params["data"]["users"]), int(params["train"]["rounds"])
-    snr = ch["snr_db"] if isinstance(ch["snr_db"], list) else [ch["snr_db"]]
-    groups = assign_groups(K, ch.get("group_sizes"), len(snr))
-    g = torch.as_tensor(ch["large_scale_gain"], dtype=torch.float64).reshape(-1)
-    gain = g.expand(K).clone() if g.numel() == 1 else (g[groups] if g.numel() == len(snr) else g)
-    gens = make_generators(int(params["train"]["seed"]), torch.device("cpu"))
-    h = make_fading(ch["fading"], rician_k=ch["rician_k"], rho=ch["rho"]).sample(T, gain, gens["fading"])
-    return h, groups, snr
+    plan = build_channel(spec_from_dict(run.params), dim=int(run.summary.get("dim") or 1))
+    return plan.h, plan.groups, list(plan.snr_db)
 
 
 def _channel(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> None:
@@ -222,7 +213,7 @@ def _channel(fig: Figure, store: ResultStore, groups: list[RunGroup], **_) -> No
     T = len(recs)
     window = min(T, CHANNEL_WINDOW)
     xs = list(range(1, window + 1))
-    h, user_group, snr = regenerate_gains(first.params)
+    h, user_group, snr = regenerate_gains(first)
     stored_mean = [rec["mean_gain"] for rec in recs]
     consistent = (h.shape[0] == T and all(abs(float(m) - s) <= 1e-9 * max(1.0, abs(s))
                                           for m, s in zip(h.mean(dim=1), stored_mean)))
