@@ -62,7 +62,7 @@ from otafl.fl.grads import (
     user_gradients,
 )
 from otafl.device import resolve_device
-from otafl.fl.loop import bind_flat_grad, make_optimizer
+from otafl.fl.optim import bind_flat_grad, make_optimizer
 from otafl.fl.round import AGGREGATORS
 from otafl.setup import build_run
 

@@ -298,72 +298,99 @@ def _names(where: str, value: str, allowed) -> None:
         raise OtaflInputError(f"{where} = {value!r} is not one of: {', '.join(sorted(allowed))}")
 
 
-def _as_list(x) -> list:
+def as_list(x) -> list:
+    """A spec value that is a scalar or a list, as a list."""
     return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def registries() -> dict[str, Any]:
+    """Every name a spec accepts, read from the registry that implements it: a name is
+    valid exactly when some module can build it. Imported here, not at module level, so that
+    reading a spec stays cheap and the registries' modules may import this one."""
+    from otafl.channel.fading import FADING_MODELS
+    from otafl.data import DATASETS, SPLIT_SCHEMES
+    from otafl.device import DEVICES
+    from otafl.estimate import ESTIMATORS
+    from otafl.fl.optim import OPTIMIZERS
+    from otafl.fl.round import AGGREGATORS, SUPERPOSITIONS
+    from otafl.models import MODELS
+    from otafl.privacy.accountants import ACCOUNTANTS
+    from otafl.sampling import SAMPLING_SCHEMES, SCHEDULES
+    from otafl.transmit import ALIGNMENT_POLICIES
+
+    return {
+        "data.name": DATASETS, "data.split": SPLIT_SCHEMES, "model.name": MODELS, "channel.fading": FADING_MODELS,
+        "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
+        "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
+        "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
+        "privacy.accountants": ACCOUNTANTS,
+    }
 
 
 def validate(spec: Spec) -> None:
     """Range and name checks that need no data; raises OtaflInputError on the first problem."""
+    names = registries()
     d, m, c, tx, s, e, tr, pv = (spec.data, spec.model, spec.channel, spec.transmit, spec.sampling,
                                  spec.estimator, spec.train, spec.privacy)
-    _names("data.name", d.name, ("mnist-embedded", "digits", "mnist", "synthetic"))
+    _names("data.name", d.name, names["data.name"])
     check_range("data.users", d.users, 1, None)
-    _names("data.split", d.split, ("iid", "shards", "dirichlet"))
+    _names("data.split", d.split, names["data.split"])
     check_range("data.alpha", d.alpha, 0, None, lo_open=True)
     check_range("data.shards_per_user", d.shards_per_user, 1, None)
     check_range("data.batch_size", d.batch_size, 1, None)
     check_range("data.test_fraction", d.test_fraction, 0, 1, lo_open=True, hi_open=True)
-    _names("model.name", m.name, ("single-layer", "two-layer"))
+    _names("model.name", m.name, names["model.name"])
     check_range("model.hidden", m.hidden, 1, None)
-    _names("channel.fading", c.fading, ("ar-rician", "rayleigh", "static"))
+    _names("channel.fading", c.fading, names["channel.fading"])
     check_range("channel.rician_k", c.rician_k, 0, None)
     check_range("channel.rho", c.rho, 0, 1)
     check_range("channel.n0", c.n0, 0, None)
-    for v in _as_list(c.snr_db):
+    for v in as_list(c.snr_db):
         check_range("channel.snr_db", v, -100, 100)
-    for v in _as_list(c.large_scale_gain):
+    for v in as_list(c.large_scale_gain):
         check_range("channel.large_scale_gain", v, 0, None, lo_open=True)
     if c.group_sizes is not None:
         for v in c.group_sizes:
             check_range("channel.group_sizes", v, 1, None)
-        if len(c.group_sizes) != len(_as_list(c.snr_db)):
+        if len(c.group_sizes) != len(as_list(c.snr_db)):
             raise OtaflInputError(
                 f"channel.group_sizes has {len(c.group_sizes)} entries but channel.snr_db has "
-                f"{len(_as_list(c.snr_db))}; they must match")
+                f"{len(as_list(c.snr_db))}; they must match")
     check_range("transmit.clip", tx.clip, 0, None, lo_open=True)
-    for v in _as_list(tx.sigma2):
+    for v in as_list(tx.sigma2):
         check_range("transmit.sigma2", v, 0, None)
-    _names("transmit.alignment", tx.alignment, ("min", "truncate"))
+    _names("transmit.alignment", tx.alignment, names["transmit.alignment"])
     if tx.alignment == "truncate":
         if tx.threshold is None:
             raise OtaflInputError("transmit.threshold must be set (a gain >= 0) when transmit.alignment = 'truncate'")
         check_range("transmit.threshold", tx.threshold, 0, None)
-    _names("sampling.scheme", s.scheme, ("uniform", "time-varying", "channel-aware"))
+    _names("sampling.scheme", s.scheme, names["sampling.scheme"])
     check_range("sampling.p", s.p, 0, 1, lo_open=True)
     check_range("sampling.h_th", s.h_th, 0, None, lo_open=True)
-    _names("sampling.schedule", s.schedule, ("constant", "linear", "exponential", "cosine", "list"))
+    _names("sampling.schedule", s.schedule, names["sampling.schedule"])
     check_range("sampling.p_start", s.p_start, 0, 1, lo_open=True)
     check_range("sampling.p_end", s.p_end, 0, 1, lo_open=True)
     for v in s.values:
         check_range("sampling.values", v, 0, 1, lo_open=True)
     if s.scheme == "time-varying" and s.schedule == "list" and not s.values:
         raise OtaflInputError("sampling.values must list at least one p in (0, 1] when schedule = 'list'")
-    _names("estimator.kind", e.kind, ("known", "unknown"))
+    _names("estimator.kind", e.kind, names["estimator.kind"])
     check_range("train.rounds", tr.rounds, 1, None)
-    _names("train.aggregation", tr.aggregation, ("ota", "ideal"))
-    _names("train.superposition", tr.superposition, ("aggregate", "per-user"))
-    _names("train.optimizer", tr.optimizer, ("adam", "sgd"))
+    _names("train.aggregation", tr.aggregation, names["train.aggregation"])
+    _names("train.superposition", tr.superposition, names["train.superposition"])
+    _names("train.optimizer", tr.optimizer, names["train.optimizer"])
     check_range("train.lr", tr.lr, 0, None, lo_open=True)
     check_range("train.weight_decay", tr.weight_decay, 0, None)
     check_range("train.eval_every", tr.eval_every, 1, None)
     check_range("train.seed", tr.seed, 0, 2**32 - 1)
-    _names("train.device", tr.device, ("auto", "cpu", "cuda"))
+    _names("train.device", tr.device, names["train.device"])
     check_range("privacy.delta_l", pv.delta_l, 0, 1, lo_open=True, hi_open=True)
     if isinstance(pv.delta_prime, str):
         if pv.delta_prime != "auto":
             raise OtaflInputError(f"privacy.delta_prime = {pv.delta_prime!r} must be 'auto' or a number in (0, 1)")
     else:
         check_range("privacy.delta_prime", pv.delta_prime, 0, 1, lo_open=True, hi_open=True)
-    for a in pv.accountants:
+    for a in as_list(pv.accountants):  # [] is allowed: a run without privacy accounting
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")
+        _names("privacy.accountants", a, names["privacy.accountants"])

@@ -7,6 +7,10 @@ import torch
 from otafl.errors import OtaflInputError
 
 
+#: Accepted device names (``train.device``, ``--device``).
+DEVICES = ("auto", "cpu", "cuda")
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto``: CUDA when present, CPU otherwise; ``cuda`` without a GPU is an input error."""
     if name == "auto":

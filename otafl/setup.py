@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from otafl.channel.fading import ARRicianFading, make_fading
-from otafl.config import Spec
+from otafl.config import Spec, as_list
 from otafl.device import resolve_device
 from otafl.errors import OtaflInputError
 from otafl.sampling import SAMPLING_SCHEMES, SamplingScheme, make_sampling
@@ -48,11 +48,6 @@ def make_generators(seed: int, device: torch.device | str = "cpu") -> dict[str, 
         g.manual_seed(int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
         gens[name] = g
     return gens
-
-
-def as_list(x) -> list:
-    """A spec value that is a scalar or a list, as a list."""
-    return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
 def sampling_law(spec: Spec) -> SamplingScheme:

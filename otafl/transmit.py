@@ -36,11 +36,9 @@ __all__ = [
     "ALIGNMENT_POLICIES",
     "ChannelSetup",
     "max_power",
-    "clip_gradients",
     "clip_factors",
     "alignment_bound",
     "alignment_gain",
-    "truncated_participation",
     "power_scale",
     "transmit_signals",
     "transmit_power",
@@ -109,24 +107,6 @@ def clip_factors(norms: Tensor, clip: float) -> Tensor:
     return clip / norms.clamp(min=clip)  # L / L = 1 exactly where ||g_k|| <= L
 
 
-def clip_gradients(grads: Tensor, clip: float) -> tuple[Tensor, Tensor]:
-    """Clip each user's gradient to l2 norm at most L: g_k <- g_k min(1, L / ||g_k||).
-
-    Parameters
-    ----------
-    grads : [K, d], float
-    clip : float
-        Clipping norm L > 0.
-
-    Returns
-    -------
-    clipped : [K, d], dtype of ``grads``; ||clipped_k|| <= L up to one rounding error.
-    norms : [K], the norms ||g_k|| *before* clipping.
-    """
-    norms = torch.linalg.vector_norm(grads, dim=-1)
-    return grads * clip_factors(norms, clip)[..., None], norms
-
-
 def alignment_bound(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim: int) -> Tensor:
     """Largest c_t user k can support: b_k = h_k sqrt(P_k / (L^2 + d sigma_k^2)).
 
@@ -167,7 +147,7 @@ def alignment_gain(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim
         min runs over the rest; if nobody is eligible, c_t = 0 and nobody transmits
         (the round carries no update and must be skipped). Truncation multiplies each
         user's effective participation probability by 1[h_k >= threshold]:
-        p_eff_{k,t} = p_{k,t} 1[h_{k,t} >= threshold] (:func:`truncated_participation`).
+        p_eff_{k,t} = p_{k,t} 1[h_{k,t} >= threshold].
         Use p_eff for mu_t (the ``unknown`` estimator) and in the privacy accounting.
 
     Parameters
@@ -203,22 +183,6 @@ def alignment_gain(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim
         return torch.zeros((), dtype=torch.float64, device=bound.device), eligible
     inf = torch.full((), math.inf, dtype=torch.float64, device=bound.device)
     return torch.where(eligible, bound, inf).min(), eligible
-
-
-def truncated_participation(p: Tensor, eligible: Tensor) -> Tensor:
-    """Effective participation probability under truncation: p_eff = p 1[eligible].
-
-    Parameters
-    ----------
-    p : [..., K], float — the sampling scheme's p_{k,t}.
-    eligible : [..., K], bool — from :func:`alignment_gain`.
-
-    Returns
-    -------
-    p_eff : [..., K], float64
-    """
-    p = torch.as_tensor(p, dtype=torch.float64)
-    return torch.where(eligible.to(p.device), p, torch.zeros((), dtype=p.dtype, device=p.device))
 
 
 def power_scale(h: Tensor, c_t) -> Tensor:

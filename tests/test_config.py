@@ -49,3 +49,21 @@ def test_bad_specs_name_the_value_and_the_range(raw, needle):
         spec_from_mapping(raw)
     assert needle in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_every_registered_name_is_accepted_and_a_typo_lists_the_registry():
+    from otafl.config import registries
+
+    for where, registry in registries().items():
+        section, key = where.split(".")
+        for name in registry:
+            value = [name] if where == "privacy.accountants" else name
+            extra = {"transmit": {"threshold": 0.5}} if where == "transmit.alignment" else {}
+            extra = {**extra, "sampling": {"values": [0.5]}} if where == "sampling.schedule" else extra
+            spec = spec_from_mapping({**extra, section: {**extra.get(section, {}), key: value}})
+            assert getattr(getattr(spec, section), key) == value
+        typo = "tigth" if where == "privacy.accountants" else name + "x"
+        with pytest.raises(OtaflInputError) as err:
+            spec_from_mapping({section: {key: [typo] if where == "privacy.accountants" else typo}})
+        message = str(err.value)
+        assert f"{where} = {typo!r}" in message and all(n in message for n in registry), message

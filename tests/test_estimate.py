@@ -21,7 +21,7 @@ from otafl.estimate import (
     estimate_unknown,
 )
 from otafl.sampling import ChannelAwareSampling, draw_participants
-from otafl.transmit import alignment_gain, clip_gradients, max_power, power_scale, transmit_signals
+from otafl.transmit import alignment_gain, clip_factors, max_power, power_scale, transmit_signals
 
 F64 = torch.float64
 K, D = 10, 4
@@ -37,7 +37,7 @@ def gradients(seed: int = 0) -> torch.Tensor:
     """Users 0..K-1 point further along +e_0 the larger k is, so p-weighting shows."""
     g = 0.3 * torch.randn(K, D, generator=gen(seed), dtype=F64)
     g[:, 0] += torch.linspace(-1.0, 1.0, K, dtype=F64)
-    return clip_gradients(g, 1.5)[0]
+    return g * clip_factors(torch.linalg.vector_norm(g, dim=-1), 1.5)[..., None]
 
 
 def aligned_sums(p: torch.Tensor, G: torch.Tensor, rounds: int, seed: int):

@@ -14,7 +14,6 @@ from otafl.transmit import (
     alignment_gain,
     assign_groups,
     clip_factors,
-    clip_gradients,
     effective_noise_var,
     max_power,
     power_scale,
@@ -22,7 +21,6 @@ from otafl.transmit import (
     resolve_per_user,
     transmit_power,
     transmit_signals,
-    truncated_participation,
 )
 
 F64 = torch.float64
@@ -47,6 +45,12 @@ def test_max_power_uses_unit_reference_noise_when_channel_is_noiseless():
 def test_max_power_rejects_bad_dim_and_noise(kwargs, needle):
     with pytest.raises(OtaflInputError, match=needle):
         max_power(torch.tensor([1.0]), **kwargs)
+
+
+def clip_gradients(grads, clip):
+    """Each row clipped to norm <= L through :func:`clip_factors`, and the norms before."""
+    norms = torch.linalg.vector_norm(grads, dim=-1)
+    return grads * clip_factors(norms, clip)[..., None], norms
 
 
 # ---------------------------------------------------------------- clipping
@@ -98,8 +102,6 @@ def test_truncate_policy_silences_weak_users_and_takes_min_over_the_rest():
     assert torch.equal(eligible, h >= th)
     bound = alignment_bound(h, P, 1.0, var, 10)
     assert float(c) == float(bound[eligible].min())
-    p = torch.full((12,), 0.4, dtype=F64)
-    assert torch.equal(truncated_participation(p, eligible), torch.where(eligible, p, 0.0))
 
 
 def test_truncate_policy_with_nobody_above_threshold_gives_zero_gain():

@@ -80,12 +80,10 @@ __all__ = [
     "UserGradients",
     "flatten",
     "ghost_gradients",
-    "ghost_is_cheaper",
     "layer_method",
     "param_dict",
     "per_user_gradients",
     "supports_ghost",
-    "unflatten",
     "user_gradients",
 ]
 
@@ -105,16 +103,6 @@ def param_dict(model: nn.Module) -> dict[str, Tensor]:
 def flatten(tensors: dict[str, Tensor], batch_dims: int = 0) -> Tensor:
     """Concatenate parameter-shaped tensors into ``[*batch, d]`` (registration order)."""
     return torch.cat([t.reshape(*t.shape[:batch_dims], -1) for t in tensors.values()], dim=-1)
-
-
-def unflatten(flat: Tensor, like: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Inverse of :func:`flatten` for a single (unbatched) vector ``flat: [d]``."""
-    out, i = {}, 0
-    for name, t in like.items():
-        n = t.numel()
-        out[name] = flat[i : i + n].view_as(t)
-        i += n
-    return out
 
 
 def per_user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
@@ -366,12 +354,6 @@ def supports_ghost(model: nn.Module) -> bool:
         elif not isinstance(module, ELEMENTWISE) or getattr(module, "inplace", False):
             return False
     return linear > 0
-
-
-def ghost_is_cheaper(batch: int, in_features: int, out_features: int) -> bool:
-    """Gram-matrix norms (b^2 (F_in + F_out) per user) beat materialising G (b F_in F_out):
-    :func:`layer_method` without a sketch."""
-    return layer_method(batch, in_features, out_features) == "gram"
 
 
 def layer_method(batch: int, in_features: int, out_features: int, *, sketch_rank: int | None = None,

@@ -21,6 +21,7 @@ from torch import Tensor
 from otafl.config import Spec
 from otafl.data import gather_rows, sample_minibatches
 from otafl.estimate import ESTIMATORS
+from otafl.fl.optim import bind_flat_grad, make_optimizer
 from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
 from otafl.fl.round import AGGREGATORS, channel_only
 from otafl.privacy.accountants import account_run
@@ -32,28 +33,6 @@ from otafl.setup import build_run
 class RunResult:
     summary: dict
     rounds: list[dict] = field(default_factory=list)
-
-
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    """The server optimizer: ``adam`` (the fused single-kernel update) or plain ``sgd``."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    return torch.optim.Adam(params, lr=lr, fused=True)
-
-
-def bind_flat_grad(params: list[torch.nn.Parameter]) -> Tensor:
-    """One zeroed [d] buffer whose consecutive slices are the parameters' ``.grad`` (views).
-
-    The server writes each round's gradient estimate into it with a single ``copy_``; the
-    optimizer reads the parameters' gradients from it. Nothing may replace ``p.grad`` (no
-    ``zero_grad(set_to_none=True)``) while it is bound. All parameters share a dtype/device.
-    """
-    flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
-    offset = 0
-    for p in params:
-        p.grad = flat[offset : offset + p.numel()].view_as(p)
-        offset += p.numel()
-    return flat
 
 
 @torch.no_grad()
