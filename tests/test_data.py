@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otafl.data import (DATASETS, MNIST_FILES, SPLIT_SCHEMES, Dataset, UserSplit,
+from otafl.data import (DATASETS, MNIST_FILES, SPLITS, Dataset, UserSplit,
                         gather_rows, load_dataset, read_idx, sample_minibatches, split_users)
 from otafl.errors import OtaflInputError
 
@@ -300,7 +300,7 @@ def test_iid_split_mixes_labels(labels):
     assert label_skew(split, labels) < 0.35  # 40 samples/user: sampling noise only
 
 
-@pytest.mark.parametrize("scheme", sorted(SPLIT_SCHEMES))
+@pytest.mark.parametrize("scheme", sorted(SPLITS))
 def test_every_scheme_partitions_and_pads_with_own_valid_indices(labels, scheme):
     split = split_users(labels, 50, scheme=scheme, alpha=0.1, generator=gen(1))
     assert torch.all(owners_of(split, 4000) == 1)
@@ -314,7 +314,7 @@ def test_every_scheme_partitions_and_pads_with_own_valid_indices(labels, scheme)
         assert torch.all(own[1:] > own[:-1])
 
 
-@pytest.mark.parametrize("scheme", sorted(SPLIT_SCHEMES))
+@pytest.mark.parametrize("scheme", sorted(SPLITS))
 def test_same_generator_seed_gives_same_split(labels, scheme):
     a = split_users(labels, 30, scheme=scheme, generator=gen(5))
     b = split_users(labels, 30, scheme=scheme, generator=gen(5))
@@ -354,7 +354,7 @@ def test_dirichlet_tiny_alpha_still_gives_every_user_a_sample(labels):
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 60), data=st.data(), scheme=st.sampled_from(sorted(SPLIT_SCHEMES)),
+@given(n=st.integers(1, 60), data=st.data(), scheme=st.sampled_from(sorted(SPLITS)),
        seed=st.integers(0, 2**16))
 def test_any_valid_split_is_a_partition_with_nonempty_users(n, data, scheme, seed):
     users = data.draw(st.integers(1, n))
