@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otafl.data import (DATASETS, MNIST_FILES, SPLIT_SCHEMES, Dataset, UserSplit,
+from otafl.data import (DATASETS, MNIST_FILES, SPLITS, Dataset, DatasetOptions, UserSplit,
                         gather_rows, load_dataset, read_idx, sample_minibatches, split_users)
 from otafl.errors import OtaflInputError
 
@@ -255,6 +257,63 @@ def test_mnist_labels_out_of_range_and_count_mismatch_are_rejected(tmp_path):
 
 
 # --------------------------------------------------------------------------------------
+# Registries: DATASETS and SPLITS are the names load_dataset and split_users accept
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_every_registered_dataset_name_loads(tmp_path, name):
+    kwargs = dict(synthetic_samples=60, synthetic_features=3)
+    if name == "mnist":  # the only loader that needs files; give it a small fake set
+        write_fake_mnist(tmp_path, gz=False)
+        kwargs.update(data_dir=str(tmp_path), download=False)
+    d = load_dataset(name, **kwargs)
+    assert isinstance(d, Dataset) and d.name == name
+    assert d.x_train.shape[0] > 0 and d.x_test.shape[0] > 0
+
+
+@pytest.mark.parametrize("scheme", sorted(SPLITS))
+def test_every_registered_split_name_is_accepted(scheme):
+    y = torch.arange(40) % 4
+    split = split_users(y, 5, scheme=scheme, generator=gen(0))
+    assert split.users == 5 and int(split.counts.sum()) == 40
+
+
+def test_unknown_split_lists_allowed_names():
+    with pytest.raises(OtaflInputError) as err:
+        split_users(torch.arange(10), 2, scheme="powerlaw", generator=gen(0))
+    message = str(err.value)
+    assert "powerlaw" in message and "\n" not in message
+    for name in SPLITS:
+        assert name in message
+
+
+def test_load_dataset_and_split_users_look_names_up_in_the_registries(monkeypatch):
+    """A name added to a registry is accepted at once, and dispatches to its function."""
+    def tiny(opts: DatasetOptions) -> Dataset:
+        x, y = torch.zeros(4, 2), torch.tensor([0, 1, 0, 1])
+        return Dataset("tiny", x, y, x[:2], y[:2], num_classes=2)
+
+    def round_robin(labels, users, **_):
+        return torch.arange(labels.shape[0]) % users
+
+    monkeypatch.setitem(DATASETS, "tiny", tiny)
+    monkeypatch.setitem(SPLITS, "round-robin", round_robin)
+    assert load_dataset("tiny").name == "tiny"
+    split = split_users(torch.arange(6), 3, scheme="round-robin", generator=gen(0))
+    assert split.counts.tolist() == [2, 2, 2] and split.user_indices(1).tolist() == [1, 4]
+    with pytest.raises(OtaflInputError, match="tiny"):
+        load_dataset("cifar")
+
+
+def test_importing_otafl_data_does_not_import_the_loader_libraries():
+    code = ("import sys, otafl.data; "
+            "print(sorted(m for m in ('mlxtend', 'sklearn', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------
 # User splits
 # --------------------------------------------------------------------------------------
 
@@ -300,7 +359,7 @@ def test_iid_split_mixes_labels(labels):
     assert label_skew(split, labels) < 0.35  # 40 samples/user: sampling noise only
 
 
-@pytest.mark.parametrize("scheme", sorted(SPLIT_SCHEMES))
+@pytest.mark.parametrize("scheme", sorted(SPLITS))
 def test_every_scheme_partitions_and_pads_with_own_valid_indices(labels, scheme):
     split = split_users(labels, 50, scheme=scheme, alpha=0.1, generator=gen(1))
     assert torch.all(owners_of(split, 4000) == 1)
@@ -314,7 +373,7 @@ def test_every_scheme_partitions_and_pads_with_own_valid_indices(labels, scheme)
         assert torch.all(own[1:] > own[:-1])
 
 
-@pytest.mark.parametrize("scheme", sorted(SPLIT_SCHEMES))
+@pytest.mark.parametrize("scheme", sorted(SPLITS))
 def test_same_generator_seed_gives_same_split(labels, scheme):
     a = split_users(labels, 30, scheme=scheme, generator=gen(5))
     b = split_users(labels, 30, scheme=scheme, generator=gen(5))
@@ -354,7 +413,7 @@ def test_dirichlet_tiny_alpha_still_gives_every_user_a_sample(labels):
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 60), data=st.data(), scheme=st.sampled_from(sorted(SPLIT_SCHEMES)),
+@given(n=st.integers(1, 60), data=st.data(), scheme=st.sampled_from(sorted(SPLITS)),
        seed=st.integers(0, 2**16))
 def test_any_valid_split_is_a_partition_with_nonempty_users(n, data, scheme, seed):
     users = data.draw(st.integers(1, n))
