@@ -308,7 +308,7 @@ def registries() -> dict[str, Any]:
     valid exactly when some module can build it. Imported here, not at module level, so that
     reading a spec stays cheap and the registries' modules may import this one."""
     from otafl.channel.fading import FADING_MODELS
-    from otafl.data import DATASETS, SPLIT_SCHEMES
+    from otafl.data import DATASETS, SPLITS
     from otafl.device import DEVICES
     from otafl.estimate import ESTIMATORS
     from otafl.fl.optim import OPTIMIZERS
@@ -319,7 +319,7 @@ def registries() -> dict[str, Any]:
     from otafl.transmit import ALIGNMENT_POLICIES
 
     return {
-        "data.name": DATASETS, "data.split": SPLIT_SCHEMES, "model.name": MODELS, "channel.fading": FADING_MODELS,
+        "data.name": DATASETS, "data.split": SPLITS, "model.name": MODELS, "channel.fading": FADING_MODELS,
         "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
         "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
