@@ -48,7 +48,7 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class ChannelSpec:
-    """AR(1) Rician block fading and the Gaussian MAC (system-model.md, Channel)."""
+    """AR(1) Rician block fading and the Gaussian MAC (docs/model.md#fading, #mac)."""
 
     preset: str | None = None
     fading: str = "ar-rician"  # ar-rician | rayleigh | static

@@ -1,7 +1,7 @@
 """User sampling: participation probabilities p[t, k] and the users' independent coins.
 
 Each user decides alone, independently, each round: k in K_t with probability p_{k,t}
-(system-model.md, "Participation"). The server knows every p_{k,t}, not the coins.
+(docs/model.md#sampling). The server knows every p_{k,t}, not the coins.
 The expected number of participants is mu_t = sum_k p_{k,t}.
 
 Schemes (registry :data:`SAMPLING_SCHEMES`):

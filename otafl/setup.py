@@ -87,7 +87,7 @@ class ChannelPlan:
 
 def build_channel(spec: Spec, *, dim: int, device: torch.device | str = "cpu",
                   generators: dict[str, torch.Generator] | None = None) -> ChannelPlan:
-    """The channel of ``spec`` for a model of ``dim`` parameters (docs/model.md#channel).
+    """The channel of ``spec`` for a model of ``dim`` parameters (docs/model.md#fading).
 
     h[T, K] is drawn from the ``fading`` stream of ``train.seed`` (or of ``generators``,
     which must then come from :func:`make_generators`), so the same spec and seed give the

@@ -1,6 +1,6 @@
 """Transmitter side of over-the-air aggregation: clipping, power budget, alignment, noise.
 
-Every transmitting user k sends (system-model.md, "Transmitter")
+Every transmitting user k sends (docs/model.md#transmitter)
 
     x_{k,t} = alpha_{k,t} (g_k + n_{k,t}),       n_{k,t} ~ N(0, sigma_k^2 I_d),
 

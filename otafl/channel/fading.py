@@ -1,6 +1,6 @@
 """Block flat fading processes: h[t, k], the amplitude gain of user k in round t.
 
-The model (system-model.md, "Channel") is a first-order autoregressive (AR(1), Gauss-Markov)
+The model (docs/model.md#fading) is a first-order autoregressive (AR(1), Gauss-Markov)
 Rician process. For user k and round t = 0, ..., T-1
 
     r_{k,0} ~ CN(0, 1),

@@ -2,7 +2,7 @@
 
     y_t = sum_{k in K_t} h_{k,t} x_{k,t} + m_t,        m_t ~ N(0, N0 I_d)
 
-(system-model.md, "Channel"). The gains h come from :mod:`otafl.channel.fading`; this module
+(docs/model.md#mac). The gains h come from :mod:`otafl.channel.fading`; this module
 only applies them, as Sionna's ``ApplyFlatFadingChannel`` does.
 """
 

@@ -1,7 +1,7 @@
 """The server update: the registered optimizers and the flat gradient buffer they read.
 
 The server writes each round's gradient estimate g_hat into one flat [d] buffer whose
-slices are the parameters' ``.grad`` and takes one optimizer step (docs/model.md#server-update).
+slices are the parameters' ``.grad`` and takes one optimizer step (docs/model.md#update).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Two interchangeable aggregation strategies (Flower-style pure functions) with on
 * ``ota``   -- the paper's scheme. Every transmitting user k sends
   x_k = alpha_k (g_k + n_k) with alpha_k = c_t / h_k, the MAC returns
   y_t = sum_k h_k x_k + m_t, and the server works with y_t / c_t =
-  sum_k g_k + sum_k n_k + m_t / c_t (system-model.md, Transmitter).
+  sum_k g_k + sum_k n_k + m_t / c_t (docs/model.md#transmitter).
 * ``ideal`` -- noiseless, orthogonal reception: the server gets sum_k g_k exactly.
 
 (g_k here is user k's gradient clipped to norm L.) Both hand the server an *aligned sum* in
