@@ -376,10 +376,9 @@ def layer_method(batch: int, in_features: int, out_features: int, *, sketch_rank
 def _sqrt(x: Tensor) -> Tensor:
     """Element-wise sqrt of x >= 0, as 1 / rsqrt(x) (so sqrt(0) = 1 / inf = 0; <= 2 ulp).
 
-    On CPU, ``torch.sqrt`` goes through MKL's vector-math library, which (torch 2.13 CPU
-    wheel, 2 threads) opens an OpenMP parallel region even for a few hundred elements; when
-    another process holds the other core, that waits for a scheduler time slice, ~10 ms per
-    call. ``torch.rsqrt`` and ``reciprocal`` use ATen's own vectorised kernels.
+    On CPU, ``torch.sqrt`` goes through MKL's vector-math library, which opens an OpenMP
+    parallel region even for a few hundred elements (costly when the cores are shared);
+    ``torch.rsqrt`` and ``reciprocal`` use ATen's own vectorised kernels.
     """
     return torch.rsqrt(x).reciprocal_()
 
