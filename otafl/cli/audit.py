@@ -28,13 +28,9 @@ from otafl.cli.options import (delta_options, echo_result, grid_options, output_
                                parse_list)
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round
-from otafl.privacy.exact import (
-    RoundSpec,
-    binomial_count_law,
-    compose_exact,
-    exact_round,
-    local_count_law,
-)
+from otafl.privacy.accountants import compose_exact, exact_round
+from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
+from otafl.privacy.analysis.ota_round import RoundSpec
 
 DEFAULT_ACCOUNTANTS = ("paper", "tight", "exact")
 SCOPES = ("central", "local", "both")

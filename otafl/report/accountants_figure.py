@@ -31,7 +31,7 @@ def accountant_curves(*, p: Sequence[float] = DEFAULT_P, users: int = 200, sigma
     noise in gradient units (``alignment_gain`` c; irrelevant when N0 = 0).
     """
     from otafl.privacy.accountants import paper_round, tight_round
-    from otafl.privacy.exact import exact_round
+    from otafl.privacy.accountants import exact_round
 
     pp = torch.tensor(list(p), dtype=torch.float64)
     kw = dict(participation_prob=pp, users=users, noise_var=sigma2, alignment_gain=alignment_gain, n0=n0,
