@@ -50,11 +50,13 @@ def _register() -> None:
     # Each command lives in its own module; a missing optional module must not break the CLI.
     import importlib
 
-    for name in ("run", "bound", "scaling", "sweep", "table", "plot", "audit"):
+    commands = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
+                "plot": "plot", "audit": "audit", "plot-accountants": "accountants"}  # command -> module
+    for name, module in commands.items():
         try:
-            mod = importlib.import_module(f"otafl.cli.{name}")
+            mod = importlib.import_module(f"otafl.cli.{module}")
         except ModuleNotFoundError as e:
-            if e.name == f"otafl.cli.{name}":
+            if e.name == f"otafl.cli.{module}":
                 continue
             raise
         cli.add_command(getattr(mod, name.replace("-", "_")))
