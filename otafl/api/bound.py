@@ -4,7 +4,7 @@ The grid is the product of ``users x p x sigma2 x clip x snr_db``; every account
 evaluates the whole grid in one batched call (otafl.privacy). With h = 1 (no channel
 preset) the alignment gain is the ``min`` policy's value for identical users,
 
-    c = sqrt(P / (L^2 + d sigma^2)),   P = 10^(SNR/10) d N0          (system-model.md)
+    c = sqrt(P / (L^2 + d sigma^2)),   P = 10^(SNR/10) d N0          (docs/model.md#alignment)
 
 (with N0 = 0 the SNR refers to a unit noise, as in :func:`otafl.transmit.max_power`, and
 the channel adds no noise). With a channel preset, T rounds of fading are drawn exactly as
