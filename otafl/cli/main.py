@@ -40,10 +40,19 @@ class OtaflGroup(click.Group):
         return rv
 
 
+THREADS_ENV = "OTAFL_THREADS"
+
+
 @click.group(cls=OtaflGroup)
 @click.version_option(package_name="otafl")
-def cli() -> None:
+@click.option("--threads", type=click.IntRange(1, 1024), envvar=THREADS_ENV, default=1, show_default=True,
+              help=f"Torch threads of this process (also ${THREADS_ENV}). One is fastest on a shared or small "
+                   "machine; sweeps parallelise with --workers processes instead.")
+def cli(threads: int) -> None:
     """otafl: over-the-air federated learning privacy simulator."""
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def _register() -> None:
