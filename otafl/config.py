@@ -161,28 +161,41 @@ def parse_override(text: str) -> tuple[str, str, Any]:
 
 
 def resolve_preset(name: str, base_dir: Path | None) -> Path:
-    """A channel preset: an existing path (relative to the spec's folder or the current
-    folder), or ``NAME`` / ``NAME.toml`` in the repository's ``channels/`` folder."""
-    candidates = []
-    for root in ([base_dir] if base_dir else []) + [Path.cwd(), CHANNELS_DIR]:
-        candidates += [root / name, root / f"{name}.toml"]
-    for c in candidates:
-        if c.is_file():
-            return c
+    """A channel preset: a bare ``NAME`` is ``channels/NAME.toml`` of the repository and
+    nothing else; anything else must be a path ending in ``.toml`` (relative to the spec's
+    folder, then the current folder). Errors name the preset as given, never its contents."""
     known = sorted(p.stem for p in CHANNELS_DIR.glob("*.toml")) if CHANNELS_DIR.is_dir() else []
-    raise OtaflInputError(f"channel.preset = {name!r} not found; known presets: {', '.join(known) or 'none'}")
+    if "/" not in name and "\\" not in name and not name.endswith(".toml"):
+        path = CHANNELS_DIR / f"{name}.toml"
+        if path.is_file():
+            return path
+        raise OtaflInputError(f"channel.preset = {name!r} not found; known presets: {', '.join(known) or 'none'} "
+                              "(or a path to a .toml file)")
+    if not name.endswith(".toml"):
+        raise OtaflInputError(f"channel.preset = {name!r} is a path without the .toml suffix; "
+                              f"allowed: a preset name ({', '.join(known) or 'none'}) or a path to a .toml file")
+    for root in ([base_dir] if base_dir else []) + [Path.cwd()]:
+        if (root / name).is_file():
+            return root / name
+    raise OtaflInputError(f"channel.preset = {name!r} not found (a .toml file relative to the spec or the "
+                          "current folder, or a preset name)")
 
 
 PRESET_KEYS = {"users", "fading", "rician_k", "rho", "n0", "snr_db", "group_sizes", "large_scale_gain",
                "description"}
 
 
-def load_preset(path: Path) -> dict[str, Any]:
-    raw = read_toml(path)
+def load_preset(path: Path, name: str | None = None) -> dict[str, Any]:
+    """Read a preset file; errors name it as ``name`` (as the user gave it)."""
+    name = name or path.name
+    try:
+        raw = read_toml(path)
+    except OtaflInputError:
+        raise OtaflInputError(f"channel preset {name!r} is not a valid TOML file") from None
     unknown = sorted(set(raw) - PRESET_KEYS)
     if unknown:
         raise OtaflInputError(
-            f"unknown key {unknown[0]!r} in channel preset {str(path)!r}; allowed: {', '.join(sorted(PRESET_KEYS))}")
+            f"unknown key {unknown[0]!r} in channel preset {name!r}; allowed: {', '.join(sorted(PRESET_KEYS))}")
     return raw
 
 
@@ -210,7 +223,7 @@ def spec_from_mapping(raw: Mapping[str, Any], *, base_dir: Path | None = None,
 
     channel = tree.setdefault("channel", {})
     if channel.get("preset"):
-        preset = load_preset(resolve_preset(str(channel["preset"]), base_dir))
+        preset = load_preset(resolve_preset(str(channel["preset"]), base_dir), str(channel["preset"]))
         users = preset.pop("users", None)
         preset.pop("description", None)
         tree["channel"] = {**preset, **channel}
@@ -271,6 +284,8 @@ def _coerce(section: str, key: str, value: Any, cls: type) -> Any:
             raise OtaflInputError(f"{where} = {value!r} must be true or false")
         return value
     if isinstance(value, list):
+        if "list" not in str(default.type):
+            raise OtaflInputError(f"{where} = {value!r} must be a single value, not a list")
         if not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value):
             raise OtaflInputError(f"{where} = {value!r} must be a list of numbers or names")
         if key == "group_sizes":
@@ -394,3 +409,17 @@ def validate(spec: Spec) -> None:
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")
         _names("privacy.accountants", a, names["privacy.accountants"])
+
+    check_run_size(spec)
+
+
+def check_run_size(spec: Spec) -> None:
+    """Refuse, before anything is allocated, a run whose sizes (rounds, users, model width,
+    minibatch) would need more memory than :func:`otafl.limits.memory_limit_bytes`."""
+    from otafl.limits import check_memory, model_dim_upper, run_bytes
+
+    d, m, tr = spec.data, spec.model, spec.train
+    dim = model_dim_upper(m.name, m.hidden)
+    check_memory(f"train.rounds = {tr.rounds} with data.users = {d.users}, model.name = {m.name!r}, "
+                 f"model.hidden = {m.hidden}",
+                 run_bytes(rounds=tr.rounds, users=d.users, dim=dim, batch=d.batch_size))

@@ -85,11 +85,11 @@ def test_bounds_only_sweep_stores_no_accuracy_but_all_bounds(tmp_path):
 
 
 def test_a_failing_run_is_recorded_the_others_finish_and_resume_retries_it(tmp_path):
-    text = SPEC + '\n[[sweep.points]]\n"data.users" = 100000\n'  # valid spec; too few samples at run time
+    text = SPEC + '\n[[sweep.points]]\n"data.users" = 4500\n'  # valid spec; too few samples at run time
     spec, db = write_spec(tmp_path, text), str(tmp_path / "r.sqlite")
     res = invoke(spec, "--out", db, "--workers", "0")
     assert res.exit_code == 1
-    assert "2 run(s) failed" in res.stderr and "data.users = 100000" in res.stderr
+    assert "2 run(s) failed" in res.stderr and "data.users = 4500" in res.stderr
     assert sorted(rows(db, "SELECT status, COUNT(*) FROM runs GROUP BY status")) == [("done", 4), ("failed", 2)]
     res = invoke(spec, "--out", db, "--workers", "0", "--resume")
     assert res.exit_code == 1 and "0 runs done, 4 skipped (already done), 2 failed" in res.stdout

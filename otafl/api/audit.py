@@ -24,6 +24,7 @@ import torch
 
 from otafl.api.bound import bound_grid
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round
 from otafl.privacy.accountants import compose_exact, exact_round
@@ -51,7 +52,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                samples: int, seed: int = 0, delta_l: float = 1e-5, delta_prime: float | str = "auto",
                n0: float = 1.0, dim: int = PAPER_DIM, rounds: int | None = None, scope: str = "central",
                adversary: str = "hidden", confidence: float = 0.95,
-               device: str | torch.device = "cpu") -> dict[str, Any]:
+               device: str | torch.device = "cpu", max_draws: int = DEFAULT_MAX_DRAWS) -> dict[str, Any]:
     """Accountants' bounds and the Monte Carlo audit on the product grid.
 
     Parameters
@@ -66,6 +67,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     scope : ``central``, ``local`` or ``both``.
     adversary : ``hidden``, ``others`` or ``total`` (:data:`otafl.privacy.audit.ADVERSARIES`).
     confidence : level of the two-sided Clopper-Pearson interval, in (0, 1).
+    max_draws : refuse (before drawing) an audit of more draws in all than this.
 
     Returns
     -------
@@ -78,7 +80,12 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     """
     accountants = check_accountants(accountants)
     check_range("samples", samples, lo=1)
-    check_range("dim", dim, lo=1)
+    check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
+    grid_points = math.prod(len(axis) for axis in (users, p, sigma2, clip, snr_db))
+    horizons_n = 1 + (rounds is not None)
+    check_draws(f"{grid_points} grid points x {2 if scope == 'both' else 1} scopes x {horizons_n} horizons x "
+                f"--samples {samples}", grid_points * (2 if scope == "both" else 1) * horizons_n * samples,
+                max_draws)
     if scope not in SCOPES:
         raise OtaflInputError(f"scope = {scope!r} is outside the allowed range {{{', '.join(SCOPES)}}}")
     if adversary not in ADVERSARIES:

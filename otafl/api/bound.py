@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import torch
 
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.limits import MAX_EXACT_INT, bound_bytes, check_memory
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants import (
     REASONS,
@@ -145,7 +146,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
     if delta_target is not None:
         check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    check_range("dim", dim, lo=1)
+    check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
     if rounds is not None:
         check_range("rounds", rounds, lo=1)
     accs = [get_accountant(a) for a in accountants]
@@ -169,6 +170,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     check_range("n0", n0, lo=0.0)
 
     shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))
+    check_memory(f"a grid of {math.prod(shape)} points x {rounds or 1} rounds x {len(accs)} accountants",
+                 bound_bytes(points=math.prod(shape), rounds=rounds or 1, accountants=len(accs)))
 
     def axis(values, i):
         view = [1] * 5

@@ -14,6 +14,7 @@ from otafl.api.defaults import PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
                                output_options, parse_delta_prime, parse_list)
 from otafl.device import resolve_device
+from otafl.limits import DEFAULT_MAX_DRAWS
 from otafl.privacy.audit import ADVERSARIES
 from otafl.report.text import audit_text
 
@@ -35,13 +36,16 @@ from otafl.report.text import audit_text
               help="hidden: knows only the law of the participant count (the real threat); others / total: "
                    "also knows the number of other / of all participants (exact's two conditional bounds).")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Two-sided interval level.")
+@click.option("--max-draws", type=click.IntRange(1), default=DEFAULT_MAX_DRAWS, show_default=True,
+              help="Refuse audits of more Monte Carlo draws in all (points x scopes x horizons x samples).")
 @output_options
 def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, samples, seed,
-          scope, adversary, confidence, fmt, device):
+          scope, adversary, confidence, max_draws, fmt, device):
     """Monte Carlo audit of the mechanism beside each accountant's (epsilon, delta)."""
     result = audit_grid(
         users=parse_list("users", users, int), p=parse_list("p", p), sigma2=parse_list("sigma2", sigma2),
         clip=parse_list("clip", clip), snr_db=parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
         samples=samples, seed=seed, delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim,
-        rounds=rounds, scope=scope, adversary=adversary, confidence=confidence, device=resolve_device(device))
+        rounds=rounds, scope=scope, adversary=adversary, confidence=confidence, device=resolve_device(device),
+        max_draws=max_draws)
     echo_result(result, fmt, audit_text)

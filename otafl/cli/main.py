@@ -12,6 +12,7 @@ import sys
 import click
 
 from otafl.errors import OtaflInputError
+from otafl.limits import DEFAULT_MEMORY_GB, MEMORY_ENV
 
 
 class OtaflGroup(click.Group):
@@ -48,11 +49,18 @@ THREADS_ENV = "OTAFL_THREADS"
 @click.option("--threads", type=click.IntRange(1, 1024), envvar=THREADS_ENV, default=1, show_default=True,
               help=f"Torch threads of this process (also ${THREADS_ENV}). One is fastest on a shared or small "
                    "machine; sweeps parallelise with --workers processes instead.")
-def cli(threads: int) -> None:
+@click.option("--memory-limit", type=click.FloatRange(0, min_open=True), envvar=MEMORY_ENV, default=None,
+              metavar="GB", help=f"Refuse work estimated to need more memory than this (also ${MEMORY_ENV}) "
+                                 f"[default: {DEFAULT_MEMORY_GB:g} GiB].")
+def cli(threads: int, memory_limit: float | None) -> None:
     """otafl: over-the-air federated learning privacy simulator."""
+    import os
+
     import torch
 
     torch.set_num_threads(threads)
+    if memory_limit is not None:  # the environment carries it to sweep workers too
+        os.environ[MEMORY_ENV] = repr(memory_limit)
 
 
 def _register() -> None:
