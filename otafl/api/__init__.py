@@ -1,0 +1,1 @@
+"""Library entry points behind the CLI commands, importable and testable without click."""
