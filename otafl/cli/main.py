@@ -50,7 +50,7 @@ def _register() -> None:
     # Each command lives in its own module; a missing optional module must not break the CLI.
     import importlib
 
-    for name in ("run", "bound", "scaling", "sweep", "table", "plot", "audit"):
+    for name in ("run", "bound", "scaling", "sweep", "table", "plot", "audit", "calibrate"):
         try:
             mod = importlib.import_module(f"otafl.cli.{name}")
         except ModuleNotFoundError as e:
