@@ -33,9 +33,10 @@ import time
 
 import torch
 
+from otafl.api import PAPER_DIM
 from otafl.privacy.accountants import ACCOUNTANTS
 
-DIM = 7850
+DIM = PAPER_DIM
 N0 = 1.0
 DELTA_L = 1e-5
 

@@ -1,4 +1,4 @@
-"""Shared test settings: headless matplotlib, at most 2 torch threads."""
+"""Shared test settings: headless matplotlib, one torch thread (as the CLI's default)."""
 
 import os
 
@@ -6,4 +6,4 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+torch.set_num_threads(1)

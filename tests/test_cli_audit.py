@@ -20,12 +20,24 @@ def test_json_rows_put_every_accountant_beside_the_audit():
     assert {r["accountant"] for r in rows} == {"paper", "tight", "exact"}
     assert {r["scope"] for r in rows} == {"central", "local"}
     for r in rows:
-        if r["epsilon"] is not None:
+        if r["epsilon"] != "inf":
             assert r["audit_lower"] <= r["audit_delta"] <= r["audit_upper"] or r["hits"] == 0
             assert r["verdict"] in ("ok", "below")
+        else:
+            assert r["verdict"] == "inf" and r["audit_delta"] is None
     exact = [r for r in rows if r["accountant"] == "exact" and r["scope"] == "central"][0]
     assert exact["delta"] == 1e-5 and exact["verdict"] == "ok"
     assert out["meta"]["samples"] == 20000 and out["meta"]["adversary"] == "hidden"
+    assert out["meta"]["non_finite"].startswith('JSON writes non-finite numbers as the strings "inf"')
+
+
+def test_json_writes_an_unbounded_epsilon_as_the_string_inf():
+    # delta' = auto >= 1 at K = 10, p = 0.05: paper has no central bound here
+    result = CliRunner().invoke(cli, ["audit", "--users", "10", "--p", "0.05", "--dim", "20", "--samples", "100",
+                                      "--accountant", "paper", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)["rows"][0]
+    assert row["epsilon"] == "inf" and row["verdict"] == "inf" and row["audit_delta"] is None
 
 
 def test_table_and_csv_formats_and_seeded_reproducibility():
@@ -41,9 +53,20 @@ def test_table_and_csv_formats_and_seeded_reproducibility():
 
 def test_bad_input_is_one_line_with_exit_code_2():
     runner = CliRunner()
-    for args in (["--samples", "0"], ["--p", "1.5"], ["--accountant", "magic"], ["--adversary", "oracle"],
-                 ["--dim", "0"]):
+    for args in (["--samples", "0"], ["--p", "1.5"], ["--accountant", "magic"], ["--accountant", "paper,magic"],
+                 ["--adversary", "oracle"], ["--dim", "0"]):
         result = runner.invoke(cli, ["audit", "--samples", "100"] + args)
         assert result.exit_code == 2, (args, result.output)
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error:"), (args, result.output)
+
+
+def test_no_accountant_exits_2_with_one_line():
+    for value in ("", ",", "exact,", ):
+        for fmt in ("table", "csv", "json"):
+            result = CliRunner().invoke(cli, ["audit", "--samples", "100", "--accountant", value, "--format", fmt])
+            if value == "exact,":
+                assert result.exit_code == 0, result.output  # a trailing comma is fine
+                continue
+            assert result.exit_code == 2, (value, fmt, result.output)
+            assert result.stderr == "error: no accountant given\n" and result.stdout == ""

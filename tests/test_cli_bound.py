@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from otafl.cli.main import cli
 from otafl.privacy.accountants import paper_round, tight_round
+from otafl.results import unjson
 
 ROW_KEYS = {"users", "p", "sigma2", "clip", "accountant", "epsilon_local", "delta_local", "epsilon_central",
             "delta_central", "mean_participants", "defined", "reason"}
@@ -87,12 +88,27 @@ def test_rounds_add_totals_between_the_worst_round_and_basic_composition():
         assert r["epsilon_central"] <= r["epsilon_central_total"] <= 50 * r["epsilon_central"]
 
 
-def test_undefined_points_are_null_in_json_with_a_reason():
-    res = run("--users", "200", "--p", "0.02,0.5", "--format", "json", "--device", "cpu")
+def test_undefined_points_are_the_string_inf_in_json_with_a_reason():
+    res = run("--users", "200", "--p", "0.02,0.5", "--rounds", "3", "--format", "json", "--device", "cpu")
     assert res.exit_code == 0, res.output
-    rows = strict_json(res.output)["rows"]
-    assert rows[0]["epsilon_central"] is None and rows[0]["defined"] is False and "delta'" in rows[0]["reason"]
-    assert rows[1]["defined"] is True and rows[1]["reason"] == ""
+    out = strict_json(res.output)
+    rows = out["rows"]
+    assert rows[0]["epsilon_central"] == "inf" and rows[0]["epsilon_central_total"] == "inf"
+    assert rows[0]["defined"] is False and "delta'" in rows[0]["reason"]
+    assert rows[1]["defined"] is True and rows[1]["reason"] == "" and isinstance(rows[1]["epsilon_central"], float)
+    assert out["meta"]["non_finite"].startswith('JSON writes non-finite numbers as the strings "inf"')
+    # the run store's reader turns them back into floats
+    assert unjson(rows[0])["epsilon_central"] == math.inf
+    csv_line = run("--users", "200", "--p", "0.02", "--format", "csv", "--device", "cpu").output.splitlines()[1]
+    assert ",inf," in csv_line
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_no_accountant_exits_2_with_one_line(value, fmt):
+    res = run("--accountant", value, "--format", fmt, "--device", "cpu")
+    assert res.exit_code == 2, res.output
+    assert res.stderr == "error: no accountant given\n" and res.stdout == ""
 
 
 def test_channel_preset_draws_fading_reproducibly():
@@ -109,6 +125,40 @@ def test_channel_preset_draws_fading_reproducibly():
     flat = strict_json(run("--users", "200", "--p", "0.5", "--sigma2", "0.1", "--snr-db", "2", "--format", "json",
                            "--device", "cpu").output)["rows"][0]
     assert 0 < row["alignment_gain"] < flat["alignment_gain"]
+
+
+TWO_GROUPS = """\
+users = 12
+snr_db = [5.0, 20.0]
+group_sizes = [5, 7]
+fading = "ar-rician"
+rician_k = 2.0
+rho = 0.3
+n0 = 0.5
+large_scale_gain = [1.0, 0.4]
+"""
+
+
+def test_channel_preset_by_path_gives_the_gains_of_otafl_run(tmp_path):
+    from otafl.config import spec_from_mapping
+    from otafl.fl.loop import run_experiment
+
+    preset = tmp_path / "two-groups.toml"
+    preset.write_text(TWO_GROUPS)
+    spec = spec_from_mapping({"channel": {"preset": str(preset)}, "data": {"name": "synthetic"},
+                              "train": {"rounds": 5, "seed": 2}, "transmit": {"sigma2": 0.3, "clip": 0.5}})
+    result = run_experiment(spec, train=False, device="cpu")
+    c_run = [r["alignment_gain"] for r in result.rounds]
+    res = run("--channel", str(preset), "--rounds", "5", "--seed", "2", "--sigma2", "0.3", "--clip", "0.5",
+              "--p", "0.5", "--dim", str(result.summary["dim"]), "--format", "json", "--device", "cpu",
+              "--accountant", "paper,tight")
+    assert res.exit_code == 0, res.output
+    out = strict_json(res.output)
+    assert out["meta"]["channel"]["path"] == str(preset) and out["meta"]["channel"]["users"] == 12
+    assert out["meta"]["n0"] == 0.5 and out["meta"]["dim"] == result.summary["dim"]
+    for row in out["rows"]:
+        assert row["users"] == 12
+        assert row["alignment_gain"] == pytest.approx(sum(c_run) / len(c_run), rel=1e-12, abs=0)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -19,9 +19,14 @@ def test_prints_fitted_slopes_near_theory_and_writes_the_figure(tmp_path):
     out = tmp_path / "scaling.png"
     res = run("--sigma2", "10", "--out", str(out))
     assert res.exit_code == 0, res.output
-    slopes = [float(s) for s in re.findall(r"fitted slope ([+-][0-9.]+)", res.output)]
-    assert len(slopes) == 2
+    lines = res.output.splitlines()
+    assert lines[1].split() == ["accountant", "scheme", "fitted_slope", "theory_slope", "finite_points"]
+    fits = [re.match(r"\s*paper\s+(fixed p = 0\.5|p = 5 K\^-1/2)\s+(\S+)\s+(\S+)\s+41$", line) for line in lines[2:4]]
+    assert all(fits), res.output
+    slopes = [float(m.group(2)) for m in fits]
     assert slopes[0] == pytest.approx(-0.5, abs=0.05) and slopes[1] == pytest.approx(-0.75, abs=0.05)
+    assert [float(m.group(3)) for m in fits] == [-0.5, -0.75]
+    assert lines[-1] == f"figure -> {out}"
     assert out.is_file() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -36,6 +41,16 @@ def test_json_rows_and_slopes(tmp_path):
     assert all(b < a for a, b in zip(paper_fixed, paper_fixed[1:]))  # falls with K
     sqrt_rows = [r for r in out["rows"] if r["scheme"] == "sqrt_p"]
     assert all(r["p"] == pytest.approx(5.0 / r["users"] ** 0.5) for r in sqrt_rows)
+    assert "curves" not in out and out["meta"]["non_finite"].startswith("JSON writes non-finite numbers")
+
+
+def test_json_writes_undefined_points_as_the_string_inf():
+    # K = 2, p = 0.1: delta' = auto = 2 exp(-2 mu^2/K) + 1e-5 > 1, so the central bound is undefined (+inf)
+    res = run("--k-min", "2", "--k-max", "100", "--points", "5", "--p", "0.1", "--a", "1", "--no-plot",
+              "--format", "json")
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)["rows"]
+    assert rows[0]["users"] == 2 and rows[0]["epsilon_central"] == "inf"
 
 
 def test_csv_has_one_line_per_k_and_scheme():
@@ -50,9 +65,21 @@ def test_csv_has_one_line_per_k_and_scheme():
     (["--p", "0"], "p = 0.0"),
     (["--k-min", "0"], "k_min"),
     (["--accountant", "magic"], "magic"),
+    (["--accountant", ""], "no accountant given"),
+    (["--accountant", ","], "no accountant given"),
     (["--delta-l", "2"], "delta_l"),
+    (["--k-max", "50"], "k_max"),
+    (["--points", "1"], "points"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     res = run(*args, "--no-plot")
     assert res.exit_code == 2, res.output
     assert res.stderr.count("\n") == 1 and needle in res.stderr and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("command", ["bound", "audit", "scaling", "plot-accountants"])
+def test_every_option_has_help_text(command):
+    import click
+
+    options = [p for p in cli.commands[command].params if isinstance(p, click.Option)]
+    assert options and all(p.help for p in options), [p.name for p in options if not p.help]

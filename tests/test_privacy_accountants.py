@@ -26,7 +26,7 @@ from otafl.privacy.accountants import (
     tight_round,
 )
 from otafl.privacy.facts import RoundFacts
-from otafl.privacy.gaussian import analytic_gaussian_epsilon
+from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
 
 F64 = torch.float64
 
@@ -232,13 +232,14 @@ def constant_facts(T=6, K=50, p=0.5, c=None):
 
 def test_account_run_summary_fields_and_json():
     facts = constant_facts()
-    out = account_run(facts, accountants=["paper", "tight"], delta_l=1e-5)
+    result = account_run(facts, accountants=["paper", "tight"], delta_l=1e-5)
+    out = result.summary_fields()
     json.dumps(out)
     for a in ("paper", "tight"):
-        per_round = out[f"{a}_epsilon_central_per_round"]
-        assert len(per_round) == 6 and len(out[f"{a}_epsilon_local_max_per_round"]) == 6
+        per_round = result[a].epsilon_central_per_round
+        assert len(per_round) == 6 and len(result[a].epsilon_local_per_round) == 6
         assert out[f"{a}_epsilon_central"] == max(per_round)
-        assert out[f"{a}_epsilon_local_max"] == max(out[f"{a}_epsilon_local_max_per_round"])
+        assert out[f"{a}_epsilon_local_max"] == max(result[a].epsilon_local_per_round)
         assert out[f"{a}_composition"] in ("basic", "advanced", "rdp")
         assert out[f"{a}_defined"] is True and out[f"{a}_reason"] == ""
         # A total over 6 rounds is at least the worst round and at most basic composition.
@@ -246,13 +247,13 @@ def test_account_run_summary_fields_and_json():
         assert out[f"{a}_delta_central_total"] >= out[f"{a}_delta_central"]
     # The realised participant count is informational only.
     other = [RoundFacts(**{**f.__dict__, "participants": 0}) for f in facts]
-    assert account_run(other, accountants=["tight"], delta_l=1e-5)["tight_epsilon_central_total"] == \
+    assert account_run(other, accountants=["tight"], delta_l=1e-5)["tight"].epsilon_central_total == \
         out["tight_epsilon_central_total"]
 
 
 def test_account_run_reports_an_undefined_round():
     facts = constant_facts(T=3, K=200, p=0.02)  # mu = 4: auto delta' >= 1
-    out = account_run(facts, accountants=["paper"], delta_l=1e-5)
+    out = account_run(facts, accountants=["paper"], delta_l=1e-5).summary_fields()
     assert out["paper_defined"] is False and "delta'" in out["paper_reason"]
     assert out["paper_epsilon_central_total"] == math.inf and out["paper_composition"] == "none"
 
@@ -264,12 +265,12 @@ def test_account_run_rejects_unknown_accountant_and_bad_delta():
         account_run(constant_facts(T=1), accountants=["paper"], delta_l=0.0)
 
 
-def test_lazy_registry_entry_imports_its_module_on_first_use():
-    from otafl.privacy.accountants import lazy_round_bound
+def test_registry_is_the_single_source_of_names():
+    from otafl.privacy.accountants import exact_round, get_accountant
 
-    lazy = lazy_round_bound("otafl.privacy.accountants:tight_round")
-    kw = dict(participation_prob=0.5, users=200, noise_var=0.1, sensitivity=2.0, alignment_gain=1.0, n0=0.0,
-              delta_l=1e-5)
-    assert float(lazy(**kw).epsilon_central) == float(tight_round(**kw).epsilon_central)
-    with pytest.raises(ModuleNotFoundError):
-        lazy_round_bound("otafl.privacy.no_such_module:round_bound")(**kw)
+    assert sorted(ACCOUNTANTS) == ["exact", "paper", "tight"]
+    assert {n: a.round_bound for n, a in ACCOUNTANTS.items()} == {"paper": paper_round, "tight": tight_round,
+                                                                  "exact": exact_round}
+    assert all(get_accountant(n) is a and a.name == n for n, a in ACCOUNTANTS.items())
+    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{exact, paper, tight\}"):
+        get_accountant("magic")

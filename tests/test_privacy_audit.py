@@ -16,7 +16,8 @@ from scipy.stats import norm
 from otafl.errors import OtaflInputError
 from otafl.privacy.accountants import paper_round, tight_round
 from otafl.privacy.audit import audit_round, clopper_pearson
-from otafl.privacy.exact import RoundSpec, binomial_count_law, local_count_law, round_delta
+from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
+from otafl.privacy.analysis.ota_round import RoundSpec, round_delta
 
 F64 = torch.float64
 

@@ -11,8 +11,9 @@ from opacus.accountants.analysis.rdp import compute_rdp
 from scipy import stats
 from scipy.special import logsumexp
 
-from otafl.privacy.compose import COMPOSITIONS, RDP_ORDERS, compose_advanced, compose_basic, compose_best, rdp_epsilon
-from otafl.privacy.gaussian import analytic_gaussian_epsilon
+from otafl.privacy.analysis.composition import COMPOSITIONS, compose_advanced, compose_basic, compose_best
+from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
+from otafl.privacy.analysis.rdp import RDP_ORDERS, rdp_epsilon
 
 F64 = torch.float64
 
@@ -101,7 +102,7 @@ def renyi_replace_one(q: float, ratio: float, alpha: float) -> float:
 
 @pytest.mark.parametrize("q", [0.05, 0.3, 0.8])
 def test_replace_one_pair_is_dominated_by_opacus_add_remove_at_sensitivity_delta(q):
-    # The adjacency assumption of otafl.privacy.compose: replace-one (antipodal, |g - g'| = Delta)
+    # The adjacency assumption of otafl.privacy.analysis.rdp: replace-one (antipodal, |g - g'| = Delta)
     # under Poisson sampling has Renyi divergence <= Opacus' add/remove sampled Gaussian with
     # noise multiplier s / Delta. Checked numerically here, on a grid; not proven.
     for ratio in (0.5, 2.0):

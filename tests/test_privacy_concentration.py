@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from otafl.privacy.concentration import (
+from otafl.privacy.analysis.concentration import (
     auto_delta_prime,
     binomial_lower_quantile,
     hoeffding_beta,

@@ -14,20 +14,12 @@ from scipy.stats import chi2, norm
 
 from otafl.errors import OtaflInputError
 from otafl.privacy.accountants import paper_round, tight_round
-from otafl.privacy.exact import (
-    CellGrid,
-    RoundSpec,
-    binomial_count_law,
-    compose_exact,
-    conditional_delta,
-    exact_round,
-    gaussian_hockey_stick,
-    local_count_law,
-    mixture_hockey_stick,
-    poisson_binomial_count_law,
-    round_delta,
-    round_epsilon,
-)
+from otafl.privacy.accountants.exact import compose_exact, exact_round
+from otafl.privacy.analysis.cells import CellGrid, conditional_delta
+from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law, poisson_binomial_count_law
+from otafl.privacy.analysis.gaussian import gaussian_hockey_stick
+from otafl.privacy.analysis.mixture import mixture_hockey_stick
+from otafl.privacy.analysis.ota_round import RoundSpec, round_delta, round_epsilon
 from otafl.privacy.facts import RoundFacts
 
 F64 = torch.float64
@@ -69,7 +61,8 @@ def test_mixture_hockey_stick_brackets_a_direct_one_dimensional_integral():
         P = (1 - pi) * norm.pdf(u, 0, math.sqrt(w)) + pi * norm.pdf(u, 1.0, math.sqrt(W))
         Q = (1 - pi) * norm.pdf(u, 0, math.sqrt(w)) + pi * norm.pdf(u, -1.0, math.sqrt(W))
         ref = np.trapezoid(np.maximum(P - math.exp(eps) * Q, 0), u)
-        up, lo = mixture_hockey_stick(t(eps), t(math.log(pi / (1 - pi))), t(w), t(W), t(1.0))
+        up, lo = mixture_hockey_stick(t(eps), log_odds=t(math.log(pi / (1 - pi))), absent_var=t(w),
+                                      present_var=t(W), half_sensitivity=t(1.0))
         assert float(lo) <= float(up) <= float(lo) * (1 + 1e-9)
         assert float(up) == pytest.approx(ref, rel=2e-6)
 
@@ -110,7 +103,9 @@ def test_more_dimensions_never_leak_less_and_the_dimension_free_bound_covers_the
     free = float(conditional_delta(t(1.0), dim=None, **kw)[0])
     assert all(b >= a * (1 - 1e-9) for a, b in zip(values, values[1:]))
     assert free >= values[-1] * (1 - 1e-9)  # values are upper bounds: a 1e-13 slack above the truth
-    assert free == pytest.approx(0.4 * float(gaussian_hockey_stick(t(1.0), t(1.0), t(2.5))), rel=1e-12)
+    # the Gaussian mechanism N(+a, W) vs N(-a, W), a = 1, W = 2.5
+    gauss = gaussian_hockey_stick(epsilon=t(1.0), sensitivity=t(2.0), noise_std=t(2.5).sqrt())
+    assert free == pytest.approx(0.4 * float(gauss), rel=1e-12)
 
 
 def test_count_laws_keep_all_but_the_tail_mass_and_agree_with_each_other():

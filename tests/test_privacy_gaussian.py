@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from otafl.privacy.gaussian import (
+from otafl.privacy.analysis.gaussian import (
     amplify_by_sampling,
     analytic_gaussian_epsilon,
     classic_gaussian_epsilon,

@@ -40,21 +40,33 @@ class OtaflGroup(click.Group):
         return rv
 
 
+THREADS_ENV = "OTAFL_THREADS"
+
+
 @click.group(cls=OtaflGroup)
 @click.version_option(package_name="otafl")
-def cli() -> None:
+@click.option("--threads", type=click.IntRange(1, 1024), envvar=THREADS_ENV, default=1, show_default=True,
+              help=f"Torch threads of this process (also ${THREADS_ENV}). One is fastest on a shared or small "
+                   "machine; sweeps parallelise with --workers processes instead.")
+def cli(threads: int) -> None:
     """otafl: over-the-air federated learning privacy simulator."""
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def _register() -> None:
     # Each command lives in its own module; a missing optional module must not break the CLI.
     import importlib
 
-    for name in ("run", "bound", "scaling", "sweep", "table", "plot", "audit", "calibrate"):
+    commands = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
+                "plot": "plot", "audit": "audit", "plot-accountants": "accountants",
+                "calibrate": "calibrate"}  # command -> module
+    for name, module in commands.items():
         try:
-            mod = importlib.import_module(f"otafl.cli.{name}")
+            mod = importlib.import_module(f"otafl.cli.{module}")
         except ModuleNotFoundError as e:
-            if e.name == f"otafl.cli.{name}":
+            if e.name == f"otafl.cli.{module}":
                 continue
             raise
         cli.add_command(getattr(mod, name.replace("-", "_")))

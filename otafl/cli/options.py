@@ -1,4 +1,5 @@
-"""Options and parsing shared by the bound-style commands (``bound``, ``audit``, ``scaling``).
+"""Options and parsing shared by the bound-style commands (``bound``, ``audit``, ``scaling``,
+``plot-accountants``).
 
 Decorators stack click options the commands share (rasterio's ``options`` module style),
 so a grid axis or an output switch is declared once:
@@ -9,18 +10,19 @@ so a grid axis or an output switch is declared once:
     ...
     @output_options
     def bound(users, p, sigma2, clip, snr_db, delta_l, delta_prime, ..., fmt, device): ...
+
+The commands only parse: the work is one call into :mod:`otafl.api`, the printing is
+:mod:`otafl.report.text` (:func:`echo_result`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from typing import Callable, Sequence
 
 import click
 
+from otafl.api.defaults import accountant_names
 from otafl.errors import OtaflInputError
 
 
@@ -52,27 +54,6 @@ def parse_delta_prime(value: str) -> float | str:
         return float(value)
     except ValueError:
         raise OtaflInputError(f"delta_prime = {value!r} is outside the allowed range (0, 1) or 'auto'") from None
-
-
-def json_safe(value):
-    """Non-finite floats -> None, recursively (JSON has no inf/NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def rows_csv(rows: list[dict]) -> str:
-    """One CSV line per row dict (header from the first), +inf written as ``inf``."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("inf" if isinstance(v, float) and v == math.inf else v) for k, v in row.items()})
-    return buf.getvalue()
 
 
 class CommaChoice(click.Choice):
@@ -115,19 +96,39 @@ def delta_options(*, delta_l_help: str, delta_prime_help: str) -> Callable:
     )
 
 
+def accountant_option(*, default: Sequence[str],
+                      help: str = "Accountant(s), repeatable or comma-separated.") -> Callable:
+    """``--accountant``: a :class:`CommaChoice` of the registered accountants, repeatable;
+    the value is a tuple of tuples (flatten it with :func:`accountant_list`)."""
+    return click.option("--accountant", "accountant", type=CommaChoice(accountant_names()), multiple=True,
+                        default=tuple(default), show_default=True, help=help)
+
+
+def accountant_list(groups) -> list[str]:
+    """The ``--accountant`` values (repeated options, comma lists) as one list without
+    repeats; empty for ``--accountant ''`` (the library then says "no accountant given")."""
+    names = [n for group in groups for n in (group if isinstance(group, tuple) else (group,))]
+    return list(dict.fromkeys(names))
+
+
 output_options = _stack(
     click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-                 show_default=True),
-    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+                 show_default=True, help='Output: an aligned text table, CSV rows, or JSON {"rows", "meta"} '
+                                         '(non-finite numbers as the strings "inf", "-inf", "nan").'),
+    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+                 help="Where to compute: auto = cuda if available, else cpu."),
 )
 """``--format table|csv|json`` and ``--device auto|cpu|cuda``."""
 
 
 def echo_result(result: dict, fmt: str, render_table: Callable[[dict], str]) -> None:
-    """Print ``{"rows": [...], "meta": {...}}`` as JSON (inf -> null), CSV or the command's table."""
+    """Print ``{"rows": [...], "meta": {...}}`` as JSON (:func:`otafl.report.text.json_text`:
+    non-finite numbers as strings), CSV (the rows) or the command's text table."""
+    from otafl.report.text import csv_text, json_text
+
     if fmt == "json":
-        click.echo(json.dumps(json_safe(result), indent=1, allow_nan=False))
+        click.echo(json_text({"rows": result["rows"], "meta": result["meta"]}))
     elif fmt == "csv":
-        click.echo(rows_csv(result["rows"]), nl=False)
+        click.echo(csv_text(result["rows"]), nl=False)
     else:
         click.echo(render_table(result), nl=False)

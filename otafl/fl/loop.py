@@ -24,15 +24,19 @@ from otafl.estimate import ESTIMATORS
 from otafl.fl.optim import bind_flat_grad, make_optimizer
 from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
 from otafl.fl.round import AGGREGATORS, channel_only
-from otafl.privacy.accountants import account_run
+from otafl.privacy.accountants import PrivacyResult, account_run
 from otafl.privacy.facts import RoundFacts
 from otafl.sampling import draw_participants
 from otafl.setup import build_run
 
 @dataclass
 class RunResult:
+    """A run: its JSON-able summary, one record per round, and the typed privacy result
+    (per accountant: per-round and composed local/central epsilons, flags)."""
+
     summary: dict
     rounds: list[dict] = field(default_factory=list)
+    privacy: PrivacyResult | None = None
 
 
 @torch.no_grad()
@@ -136,10 +140,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
 
     privacy = account_run(facts, accountants=spec.privacy.accountants, delta_l=spec.privacy.delta_l,
                           delta_prime=spec.privacy.delta_prime)
-    for name in spec.privacy.accountants:
-        for key in (f"{name}_epsilon_central_per_round", f"{name}_epsilon_local_max_per_round"):
-            for rec, value in zip(records, privacy.pop(key, [])):
-                rec[key.removesuffix("_per_round")] = value
+    for t, rec in enumerate(records):
+        rec.update(privacy.round_fields(t))
     summary = {
         "final_test_accuracy": test_acc,
         "rounds": T,
@@ -157,7 +159,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                                   if not math.isnan(r["train_loss"])), math.nan),
         "max_power_ratio": max(r["max_power_ratio"] for r in records),
         "delta_l": spec.privacy.delta_l,
-        **privacy,
+        **privacy.summary_fields(),
         "wall_seconds": time.perf_counter() - t0,
     }
-    return RunResult(summary=summary, rounds=records)
+    return RunResult(summary=summary, rounds=records, privacy=privacy)

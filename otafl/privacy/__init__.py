@@ -1,21 +1,28 @@
-"""Pure, batched privacy math on float64 torch tensors.
+"""Privacy of over-the-air federated learning: analysis plus accountants.
 
 This subpackage never imports the training code (``otafl.fl``, ``otafl.data``,
-``otafl.models``): the FL loop emits per-round facts and the accountants read them.
+``otafl.models``) nor the CLI or reports: the FL loop emits per-round
+:class:`RoundFacts` and the accountants read them.
 
-- :mod:`~otafl.privacy.gaussian`: classic and analytic Gaussian mechanism, amplification by sampling.
-- :mod:`~otafl.privacy.concentration`: the law of |K_t| (Poisson binomial), Hoeffding and exact quantiles.
-- :mod:`~otafl.privacy.accountants`: per-round LDP / central DP (``paper``, ``tight``), the
-  registry :data:`ACCOUNTANTS`, and :func:`account_run` over a run's :class:`RoundFacts`.
-- :mod:`~otafl.privacy.compose`: basic, advanced and RDP (Opacus) composition over rounds.
+- :mod:`~otafl.privacy.analysis`: pure, batched float64 math (Gaussian mechanism,
+  concentration, composition, the over-the-air round's numerical profile).
+- :mod:`~otafl.privacy.accountants`: the per-round accountants ``paper``, ``tight`` and
+  ``exact``, the registry :data:`ACCOUNTANTS`, and :func:`account_run` over a run.
+- :mod:`~otafl.privacy.facts`: :class:`RoundFacts`, what one round reveals.
+- :mod:`~otafl.privacy.audit`: Monte Carlo audit of one round's leakage.
 """
 
 from otafl.privacy.accountants import (
     ACCOUNTANTS,
     REASONS,
     Accountant,
+    AccountantResult,
+    PrivacyResult,
     RoundBound,
     account_run,
+    compose_round_bounds,
+    composition_name,
+    exact_round,
     get_accountant,
     paper_round,
     reason_text,
@@ -27,9 +34,14 @@ __all__ = [
     "ACCOUNTANTS",
     "REASONS",
     "Accountant",
+    "AccountantResult",
+    "PrivacyResult",
     "RoundBound",
     "RoundFacts",
     "account_run",
+    "compose_round_bounds",
+    "composition_name",
+    "exact_round",
     "get_accountant",
     "paper_round",
     "reason_text",

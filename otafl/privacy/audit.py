@@ -1,35 +1,27 @@
 r"""Monte Carlo audit of one over-the-air round: the leakage of the mechanism itself.
 
-Teaching material: where each accountant's bound sits relative to the truth. We draw the
-server's sufficient statistics under dataset D (user k's gradient +a e) and evaluate the
-privacy-loss random variable L = log f_P(y) / f_Q(y) (Q: gradient -a e) *exactly* from
-the densities; then for any eps
+Where each accountant's bound sits relative to the truth (docs/privacy.md#auditing). We
+draw the server's sufficient statistics under dataset D (user k's gradient +a e) and
+evaluate the privacy-loss random variable L = log f_P(y) / f_Q(y) (Q: gradient -a e)
+*exactly* from the densities; then for any eps
 
-    delta(eps) = E_P[(1 - e^{eps - L})_+] = P_P(L > eps + E),   E ~ Exp(1) independent,
+    delta(eps) = E_P[(1 - e^{eps - L})_+] = P_P(L > eps + E),   E ~ Exp(1) independent.
 
-(the second form: P(E < L - eps) = 1 - e^{-(L - eps)} for L > eps). The indicator
-1{L > eps + E} is a Bernoulli(delta(eps)) variable, so the Clopper–Pearson interval on
-its count is an exact (conservative) confidence interval for delta(eps); the point
-estimate reported is the lower-variance mean of (1 - e^{eps - L})_+.
+The indicator 1{L > eps + E} is a Bernoulli(delta(eps)) variable, so the Clopper–Pearson
+interval on its count is an exact (conservative) confidence interval for delta(eps); the
+point estimate is the lower-variance mean of (1 - e^{eps - L})_+.
 
-What is drawn (the model of :mod:`otafl.privacy.exact`, spec ``privacy.md``):
-n other participants from their exact law (binomial, or Poisson-binomial via its pmf),
-user k's coin b ~ Bernoulli(p), u ~ N(b a, v), s ~ v chi2_{d-1} with
-v = n sigma_o^2 + N0/c^2 + b sigma_k^2. Two adversaries:
+The model is that of :mod:`otafl.privacy.analysis.ota_round`: n other participants from
+their exact law, user k's coin b ~ Bernoulli(p), u ~ N(b a, v), s ~ v chi2_{d-1} with
+v = n sigma_o^2 + N0/c^2 + b sigma_k^2. Adversaries: ``hidden`` (default) knows only the
+laws of the counts, the real threat model (the true leakage of the worst-case pair);
+``others`` is told n (its delta is the right side of eq. (1) there); ``total`` is told
+m = n + 1{k takes part} (eq. (5)). ``exact`` reports the smaller of (1) and (5), so each
+revealed audit's interval should contain the matching conditional bound.
 
-* ``hidden`` (default): the adversary knows only the law of the counts (the real threat
-  model): L = log sum_n P(n) f_{P_n} - log sum_n P(n) f_{Q_n}; its delta is the true
-  leakage of the worst-case pair, never above either revealed one.
-* ``others``: the number n of *other* participants is revealed, L = log f_{P_n}/f_{Q_n};
-  its delta is exactly the right side of eq. (1) of :mod:`otafl.privacy.exact`.
-* ``total``: the total count m = n + 1{k takes part} is revealed; its delta is the right
-  side of eq. (5) there. ``exact`` reports the smaller of (1) and (5), so each revealed
-  audit's interval should contain the matching conditional bound.
-
-Several rounds (``rounds`` = T identical independent rounds) compose by adding the
-per-round losses: delta_T(eps) = E[(1 - e^{eps - sum_t L_t})_+].
-
-Every random draw comes from one explicit ``torch.Generator``.
+T identical independent rounds (``rounds``) compose by adding the per-round losses:
+delta_T(eps) = E[(1 - e^{eps - sum_t L_t})_+]. Every random draw comes from one explicit
+``torch.Generator``.
 """
 
 from __future__ import annotations
@@ -40,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from otafl.errors import OtaflInputError, check_range
-from otafl.privacy.exact import RoundSpec
+from otafl.privacy.analysis.ota_round import RoundSpec
 
 _DT = torch.float64
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -208,7 +200,7 @@ def audit_round(spec: RoundSpec, epsilon, *, samples: int, generator: torch.Gene
 
     Parameters
     ----------
-    spec : a :class:`otafl.privacy.exact.RoundSpec` whose row 0 is audited; its law of n
+    spec : a :class:`~otafl.privacy.analysis.ota_round.RoundSpec` whose row 0 is audited; its law of n
         must list single counts (built with the default ``block_rel_width`` and K < 1000).
     epsilon : [A] float, the epsilons at which delta is estimated (+inf gives 0).
     samples : number of draws S >= 1 (of T rounds each).

@@ -21,6 +21,7 @@ __all__ = [
     "as_float64",
     "classic_gaussian_epsilon",
     "analytic_gaussian_epsilon",
+    "exp_diff",
     "gaussian_hockey_stick",
     "amplify_by_sampling",
 ]
@@ -78,23 +79,43 @@ def _log_hockey_stick(eps: Tensor, ratio: Tensor) -> Tensor:
     return log_a + torch.log(-torch.expm1(x))
 
 
+def exp_diff(log_pos: Tensor, log_neg: Tensor) -> Tensor:
+    """exp(log_pos) - exp(log_neg) without overflow (may be negative); 0 where both are -inf."""
+    gap = (log_neg - log_pos).clamp(max=700.0)
+    out = torch.exp(log_pos) * -torch.expm1(gap)
+    return torch.where(torch.isneginf(log_pos) & torch.isneginf(log_neg), torch.zeros_like(out), out)
+
+
 def gaussian_hockey_stick(*, epsilon, sensitivity, noise_std) -> Tensor:
     """delta(eps): the hockey-stick divergence of the Gaussian mechanism (Balle & Wang 2018, Thm 8).
 
+    The pair N(Delta, s^2) vs N(0, s^2), equivalently N(+a, s^2) vs N(-a, s^2) with
+    a = Delta / 2 (the form of the ``exact`` accountant's mixtures, where s^2 = W):
+
+        delta(eps) = Phi(a/s - eps s/(2a)) - e^eps Phi(-a/s - eps s/(2a)),
+
+    each term in log space (:func:`torch.special.log_ndtr`), their difference by
+    :func:`exp_diff`, so it stays accurate for tiny delta and large eps.
+
     Parameters
     ----------
-    epsilon : [...], float >= 0; sensitivity, noise_std : [...], float >= 0.
+    epsilon : [...], float >= 0.
+    sensitivity : [...], float Delta >= 0 (= 2a).
+    noise_std : [...], float s >= 0 (same units as Delta).
 
     Returns
     -------
     delta : [...], float64 -- the smallest delta for which the mechanism is (eps, delta)-DP.
+    1 where s = 0 < Delta; 0 where Delta = 0 or s = inf.
     """
     epsilon, sensitivity, noise_std = as_float64(epsilon, sensitivity, noise_std)
-    ratio = sensitivity / noise_std
-    safe = torch.where(torch.isfinite(ratio) & (ratio > 0), ratio, torch.ones_like(ratio))
-    out = torch.exp(_log_hockey_stick(epsilon, safe))
-    out = torch.where(ratio == 0, torch.zeros_like(out), out)
-    return torch.where(torch.isinf(ratio), torch.ones_like(out), out)
+    eps, sens, s = torch.broadcast_tensors(epsilon, sensitivity, noise_std)
+    a = sens / 2
+    z1 = a / s - eps * s / (2 * a)
+    z2 = -a / s - eps * s / (2 * a)
+    out = exp_diff(torch.special.log_ndtr(z1), eps + torch.special.log_ndtr(z2))
+    out = torch.where(s > 0, out.clamp(min=0.0), torch.ones_like(out))
+    return torch.where((sens == 0) | torch.isinf(s), torch.zeros_like(out), out)
 
 
 def analytic_gaussian_epsilon(*, sensitivity, noise_std, delta, iterations: int = 25) -> Tensor:

@@ -1,0 +1,247 @@
+"""Local and central privacy bounds on a parameter grid, without training.
+
+The grid is the product of ``users x p x sigma2 x clip x snr_db``; every accountant
+evaluates the whole grid in one batched call (otafl.privacy). With h = 1 (no channel
+preset) the alignment gain is the ``min`` policy's value for identical users,
+
+    c = sqrt(P / (L^2 + d sigma^2)),   P = 10^(SNR/10) d N0          (docs/model.md#alignment)
+
+(with N0 = 0 the SNR refers to a unit noise, as in :func:`otafl.transmit.max_power`, and
+the channel adds no noise). With a channel preset, T rounds of fading are drawn exactly as
+a run of the same spec and seed draws them (:func:`otafl.setup.build_channel`) and the
+``min`` policy is taken over the preset's users and SNR groups per round. With ``rounds``
+the totals over T rounds are added (smallest of basic, advanced, RDP).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any, Sequence
+
+import torch
+
+from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.errors import OtaflInputError, check_range
+from otafl.privacy.accountants import (
+    REASONS,
+    RoundBound,
+    compose_round_bounds,
+    composition_name,
+    get_accountant,
+    reason_text,
+)
+
+__all__ = ["GRID_AXES", "bound_grid", "channel_gain_floor"]
+
+GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
+"""The axes of the grid, in row order (the last varies fastest)."""
+
+
+def _map_fields(bound: RoundBound, fn) -> RoundBound:
+    return RoundBound(**{f: None if getattr(bound, f) is None else fn(getattr(bound, f))
+                         for f in RoundBound.__dataclass_fields__})
+
+
+def _worst_round(bound: RoundBound) -> RoundBound:
+    """Collapse a leading rounds dimension: worst round for eps/delta, any reason, all flags."""
+    def reduce(name: str, value: torch.Tensor) -> torch.Tensor:
+        if name == "reason":
+            out = torch.zeros_like(value[0])
+            for bit in REASONS:
+                out = out + ((value & bit) != 0).any(0).long() * bit
+            return out
+        if value.dtype == torch.bool:
+            return value.all(0)
+        if name in ("central_noise_std", "local_noise_std"):
+            return value.amin(0)
+        return value.amax(0)
+
+    return RoundBound(**{f: None if getattr(bound, f) is None else reduce(f, getattr(bound, f))
+                         for f in RoundBound.__dataclass_fields__})
+
+
+def channel_gain_floor(channel: str, *, rounds: int, dim: int, seed: int = 0, n0: float | None = None,
+                       device: str | torch.device = "cpu") -> tuple[torch.Tensor, dict]:
+    """B_t = min_k h_{k,t} sqrt(P_k) of a channel preset, as a run sees it: ([T] float64, info).
+
+    ``channel`` is a preset name (``channels/NAME.toml``) or a TOML path. The spec
+    ``{"channel": {"preset": channel, "n0": n0}, "train": {"rounds": rounds, "seed": seed}}``
+    (``data.users`` from the preset; ``n0`` None keeps the preset's N0) goes through
+    :func:`otafl.setup.build_channel` with the model dimension ``dim``, so h[T, K] is the
+    ``fading`` stream of ``seed`` and the groups, budgets P_k = 10^(SNR_k/10) d N0 and
+    large-scale gains are the run's. With one L and sigma^2 for every user, the ``min``
+    policy's alignment gain of round t is c_t = B_t / sqrt(L^2 + d sigma^2).
+
+    ``info`` describes the channel: ``preset``, ``path``, ``users`` (K) and the resolved
+    ``[channel]`` fields (``fading rician_k rho n0 snr_db group_sizes large_scale_gain``).
+    """
+    from otafl.config import resolve_preset, spec_from_mapping
+    from otafl.setup import build_channel
+
+    body: dict[str, Any] = {"preset": str(channel)}
+    if n0 is not None:
+        body["n0"] = float(n0)
+    spec = spec_from_mapping({"channel": body, "train": {"rounds": int(rounds), "seed": int(seed)}})
+    plan = build_channel(spec, dim=int(dim), device=device)
+    info = {"preset": str(channel), "path": str(resolve_preset(str(channel), None)), "users": spec.data.users,
+            **{k: v for k, v in dataclasses.asdict(spec.channel).items() if k != "preset"}}
+    return plan.gain_floor.to(torch.float64), info
+
+
+def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[float], clip: Sequence[float],
+               snr_db: Sequence[float], accountants: Sequence[str], delta_l: float = 1e-5,
+               delta_prime: float | str = "auto", n0: float | None = None, dim: int = PAPER_DIM,
+               rounds: int | None = None, channel: str | None = None, seed: int = 0,
+               delta_target: float | None = None, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Evaluate the accountants on the product grid of the five axes.
+
+    Parameters
+    ----------
+    users : K values (integers >= 1); empty with ``channel``.
+    p : participation probabilities in (0, 1].
+    sigma2 : artificial-noise variances per coordinate, >= 0 (gradient units).
+    clip : clipping norms L > 0; the sensitivity is Delta = 2 L.
+    snr_db : transmit SNRs in dB (h = 1 alignment gain above); empty with ``channel``.
+    accountants : registry names (``otafl.privacy.accountants.ACCOUNTANTS``), at least one.
+    delta_l : delta of the Gaussian step, in (0, 1).
+    delta_prime : the concentration failure probability, in (0, 1), or ``"auto"``.
+    n0 : receiver noise variance N0 >= 0 (0: no channel noise). None: 1, or the
+        preset's N0 with ``channel``.
+    dim : model dimension d (number of parameters), default :data:`PAPER_DIM`.
+    rounds : T; adds the totals composed over T rounds.
+    channel : a channel preset name or TOML path: K, the SNR groups and N0 come from it
+        and T = ``rounds`` (or 1) fading rounds are drawn with ``seed`` as a run draws them
+        (:func:`channel_gain_floor`).
+    delta_target : total delta of the composed totals [default: basic composition's + delta_l].
+    device : where the tensors live.
+
+    Returns
+    -------
+    ``{"rows": [...], "meta": {...}}``. One row per grid point and accountant (grid order
+    users, p, sigma2, clip, snr_db; accountants outer) with ``users p sigma2 clip snr_db
+    accountant epsilon_local delta_local epsilon_central delta_central mean_participants
+    quantile delta_prime alignment_gain channel_noise_var classic_valid classic_valid_local
+    defined reason`` and, with ``rounds``, ``rounds epsilon_local_total delta_local_total
+    epsilon_central_total delta_central_total composition composition_local``. Undefined
+    bounds are +inf with ``defined`` False and a ``reason``. With ``channel``, ``snr_db``
+    is None, each row reports the worst round, and ``alignment_gain`` (c_t) and
+    ``channel_noise_var`` (N0 / c_t^2) are means over the T rounds. ``meta`` holds the
+    inputs, the accountants, the number of points and the channel description.
+    """
+    device = torch.device(device)
+    accountants = check_accountants(accountants)
+    for value in p:
+        check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
+    for value in sigma2:
+        check_range("sigma2", value, lo=0.0)
+    for value in clip:
+        check_range("clip", value, lo=0.0, lo_open=True)
+    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    if not isinstance(delta_prime, str):
+        check_range("delta_prime", delta_prime, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    elif delta_prime != "auto":
+        raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
+    if delta_target is not None:
+        check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    check_range("dim", dim, lo=1)
+    if rounds is not None:
+        check_range("rounds", rounds, lo=1)
+    accs = [get_accountant(a) for a in accountants]
+    f64 = dict(dtype=torch.float64, device=device)
+
+    info = None
+    if channel is not None:
+        if users or snr_db:
+            raise OtaflInputError("--users and --snr-db come from the channel preset; leave them out with --channel")
+        if n0 is not None:
+            check_range("n0", n0, lo=0.0)
+        T = rounds or 1
+        floor, info = channel_gain_floor(channel, rounds=T, dim=int(dim), seed=seed, n0=n0, device=device)
+        n0 = float(info["n0"])
+        users, snr_db = [int(info["users"])], [math.nan]
+    else:
+        n0 = 1.0 if n0 is None else n0
+        T = None
+    for value in users:
+        check_range("users", value, lo=1)
+    check_range("n0", n0, lo=0.0)
+
+    shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))
+
+    def axis(values, i):
+        view = [1] * 5
+        view[i] = -1
+        return torch.tensor([float(v) for v in values], **f64).view(view)
+
+    K, pp, s2, L = axis(users, 0), axis(p, 1), axis(sigma2, 2), axis(clip, 3)
+    if info is None:
+        from otafl.transmit import max_power
+
+        power = max_power(torch.tensor([float(v) for v in snr_db], dtype=torch.float64), int(dim), n0).to(device)
+        c = torch.sqrt(power.view(1, 1, 1, 1, -1) / (L * L + dim * s2))
+    else:
+        c = floor.to(device).view(T, 1, 1, 1, 1, 1) / torch.sqrt(L * L + dim * s2)
+
+    rows_by_acc = {}
+    for acc in accs:
+        bound = acc.bound(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L, alignment_gain=c,
+                          n0=n0, delta_l=delta_l, delta_prime=delta_prime, dim=int(dim))
+        if T is not None:
+            per_round = bound
+            bound = _worst_round(per_round)
+            over_rounds = _map_fields(per_round, lambda v: torch.movedim(v, 0, -1))
+        elif rounds is not None:
+            over_rounds = _map_fields(bound, lambda v: v.unsqueeze(-1).expand(*v.shape, rounds))
+        totals = None
+        if rounds is not None:
+            totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l)
+        rows_by_acc[acc.name] = (bound, totals)
+
+    c_grid = torch.broadcast_to(c.mean(0) if T is not None else c, shape)
+    chan = torch.where(torch.tensor(n0 == 0.0, device=device), torch.zeros_like(c), n0 / (c * c))
+    chan_grid = torch.broadcast_to(chan.mean(0) if T is not None else chan, shape)
+    columns = {"alignment_gain": c_grid.reshape(-1).tolist(), "channel_noise_var": chan_grid.reshape(-1).tolist()}
+    points = list(itertools.product(users, p, sigma2, clip, snr_db))
+    rows = []
+    for name, (bound, totals) in rows_by_acc.items():
+        flat = {f: torch.broadcast_to(getattr(bound, f), shape).reshape(-1).tolist()
+                for f in ("epsilon_local", "delta_local", "epsilon_central", "delta_central", "mean_participants",
+                          "quantile", "delta_prime", "classic_valid", "classic_valid_local", "reason")}
+        if totals is not None:
+            flat.update({k: torch.broadcast_to(v, shape).reshape(-1).tolist() for k, v in totals.items()})
+        for i, (u, pv, sv, lv, snr) in enumerate(points):
+            row = {"users": int(u), "p": pv, "sigma2": sv, "clip": lv,
+                   "snr_db": None if info is not None else snr, "accountant": name,
+                   "epsilon_local": flat["epsilon_local"][i], "delta_local": flat["delta_local"][i],
+                   "epsilon_central": flat["epsilon_central"][i], "delta_central": flat["delta_central"][i],
+                   "mean_participants": flat["mean_participants"][i], "quantile": flat["quantile"][i],
+                   "delta_prime": flat["delta_prime"][i], "alignment_gain": columns["alignment_gain"][i],
+                   "channel_noise_var": columns["channel_noise_var"][i],
+                   "classic_valid": bool(flat["classic_valid"][i]),
+                   "classic_valid_local": bool(flat["classic_valid_local"][i]),
+                   "defined": flat["reason"][i] == 0, "reason": reason_text(flat["reason"][i])}
+            if totals is not None:
+                row.update({"rounds": rounds,
+                            "epsilon_local_total": flat["epsilon_local_total"][i],
+                            "delta_local_total": flat["delta_local_total"][i],
+                            "epsilon_central_total": flat["epsilon_central_total"][i],
+                            "delta_central_total": flat["delta_central_total"][i],
+                            "composition": composition_name(int(flat["composition_central"][i])),
+                            "composition_local": composition_name(int(flat["composition_local"][i]))})
+            rows.append(row)
+    meta = {
+        "command": "bound", "accountants": [a.name for a in accs], "grid": dict(zip(GRID_AXES, (
+            list(users), list(p), list(sigma2), list(clip), None if info is not None else list(snr_db)))),
+        "points": math.prod(shape), "delta_l": delta_l, "delta_prime": delta_prime, "n0": n0, "dim": int(dim),
+        "rounds": rounds, "delta_target": delta_target, "sensitivity": "2 * clip",
+        "alignment": ("min policy over the preset's users, per fading round drawn as a run of the same spec and "
+                      "seed draws it (rows: worst round; alignment_gain and channel_noise_var are means over "
+                      "rounds)") if info is not None else
+                     "h = 1: c = sqrt(P / (L^2 + d sigma^2)), P = 10^(snr_db/10) d N0 (N0 = 1 reference if N0 = 0)",
+        "channel": info, "seed": seed if info is not None else None, "device": str(device),
+        "reasons": {str(k): v for k, v in REASONS.items()},
+        "non_finite": f"{JSON_NON_FINITE} (see defined/reason)",
+    }
+    return {"rows": rows, "meta": meta}

@@ -1,0 +1,70 @@
+"""Per-round central epsilon vs p for the ``paper``, ``tight`` and ``exact`` accountants.
+
+The data of the accountants figure (:func:`otafl.report.accountants_figure.plot_accountants`),
+at the paper's preset by default: K = 200, sigma^2 = 0.1, L = 1, delta_l = 1e-5, N0 = 0,
+d = :data:`~otafl.api.defaults.PAPER_DIM`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from otafl.api.defaults import PAPER_DIM
+from otafl.errors import check_range
+
+__all__ = ["ACCOUNTANTS", "DEFAULT_P", "PRESET", "accountant_curves"]
+
+ACCOUNTANTS = ("paper", "tight", "exact")
+"""The accountants of the figure, in drawing order."""
+
+PRESET = dict(users=200, sigma2=0.1, clip=1.0, delta_l=1e-5, n0=0.0, dim=PAPER_DIM)
+"""The paper's preset: the defaults of :func:`accountant_curves`."""
+
+DEFAULT_P = tuple(round(0.05 * i, 2) for i in range(1, 21))
+"""p = 0.05, 0.10, ..., 1."""
+
+
+def accountant_curves(*, p: Sequence[float] = DEFAULT_P, users: int = PRESET["users"],
+                      sigma2: float = PRESET["sigma2"], clip: float = PRESET["clip"],
+                      delta_l: float = PRESET["delta_l"], n0: float = PRESET["n0"], dim: int = PRESET["dim"],
+                      alignment_gain: float = 1.0) -> dict:
+    """Per-round central (eps, delta) of the three accountants on a grid of uniform p.
+
+    Parameters
+    ----------
+    p : participation probabilities in (0, 1].
+    users : K >= 1.   sigma2 : artificial-noise variance per coordinate (gradient units).
+    clip : L > 0 (sensitivity 2L).   delta_l : delta of the Gaussian step, in (0, 1).
+    n0 : receiver noise variance N0 >= 0; N0 / c^2 is the channel noise in gradient units.
+    dim : model dimension d (``exact`` depends on it).
+    alignment_gain : c (irrelevant when N0 = 0).
+
+    Returns
+    -------
+    A JSON-able dict: ``p`` (list), and for each of ``paper``, ``tight``, ``exact`` a dict
+    ``{"epsilon": [...], "delta": [...]}`` (lists over p; +inf where undefined);
+    ``paper_classic_valid`` (list of bool: the paper's classic Gaussian step has eps_0 <= 1);
+    the parameters ``users sigma2 clip delta_l n0 dim``.
+    """
+    from otafl.privacy.accountants import paper_round, tight_round
+    from otafl.privacy.accountants import exact_round
+
+    for value in p:
+        check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
+    check_range("users", users, lo=1)
+    check_range("sigma2", sigma2, lo=0.0)
+    check_range("clip", clip, lo=0.0, lo_open=True)
+    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    check_range("n0", n0, lo=0.0)
+    check_range("dim", dim, lo=1)
+    pp = torch.tensor(list(p), dtype=torch.float64)
+    kw = dict(participation_prob=pp, users=users, noise_var=sigma2, alignment_gain=alignment_gain, n0=n0,
+              sensitivity=2.0 * clip, delta_l=delta_l)
+    bounds = {"paper": paper_round(**kw), "tight": tight_round(**kw), "exact": exact_round(dim=dim, **kw)}
+    out = {"p": pp.tolist(), "users": users, "sigma2": sigma2, "clip": clip, "delta_l": delta_l, "n0": n0,
+           "dim": dim, "paper_classic_valid": bounds["paper"].classic_valid.tolist()}
+    for name, b in bounds.items():
+        out[name] = {"epsilon": b.epsilon_central.tolist(), "delta": b.delta_central.tolist()}
+    return out

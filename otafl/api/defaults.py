@@ -1,0 +1,38 @@
+"""Defaults shared by the library entry points of :mod:`otafl.api` and the commands on top.
+
+PAPER_DIM is the model dimension d of the paper's single-layer MNIST model; the power
+budgets P = 10^(SNR/10) d N0 and the ``exact`` accountant depend on it.
+"""
+
+from __future__ import annotations
+
+PAPER_DIM = 784 * 10 + 10
+"""d = 7850: the paper's single-layer MNIST model (784 x 10 weights + 10 biases)."""
+
+JSON_NON_FINITE = 'JSON writes non-finite numbers as the strings "inf", "-inf" and "nan"'
+"""How ``--format json`` writes +inf / -inf / NaN (:func:`otafl.results.jsonable`)."""
+
+NO_ACCOUNTANT = "no accountant given"
+"""The one-line error when the list of accountants is empty (e.g. ``--accountant ''``)."""
+
+
+def accountant_names() -> list[str]:
+    """The registered accountants (``otafl.privacy.accountants.ACCOUNTANTS``), sorted."""
+    from otafl.privacy.accountants import ACCOUNTANTS
+
+    return sorted(ACCOUNTANTS)
+
+
+def check_accountants(names) -> list[str]:
+    """``names`` as a list without repeats (first-seen order); OtaflInputError if empty or
+    if a name is not registered."""
+    from otafl.errors import OtaflInputError
+
+    out = list(dict.fromkeys(names))
+    if not out:
+        raise OtaflInputError(NO_ACCOUNTANT)
+    known = accountant_names()
+    for name in out:
+        if name not in known:
+            raise OtaflInputError(f"accountant = {name!r} is outside the allowed range {{{', '.join(known)}}}")
+    return out

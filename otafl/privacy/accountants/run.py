@@ -1,0 +1,225 @@
+"""A run's privacy: per-round bounds of each accountant composed over rounds, as typed results.
+
+:func:`account_run` reads the run's :class:`~otafl.privacy.facts.RoundFacts`, evaluates
+every named accountant on all rounds at once, composes local and central totals
+(:func:`compose_round_bounds`: the smallest of basic, advanced and RDP composition at one
+total delta; docs/privacy.md#composition) and returns a :class:`PrivacyResult`, a
+mapping name -> :class:`AccountantResult`. ``PrivacyResult.summary_fields()`` gives the
+flat ``"{name}_..."`` columns that run stores, tables and plots read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Sequence
+
+from torch import Tensor
+
+from otafl.errors import check_range
+from otafl.privacy.accountants.base import RoundBound, reason_text
+from otafl.privacy.accountants.registry import get_accountant
+from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
+from otafl.privacy.facts import RoundFacts, stack_facts
+
+__all__ = [
+    "compose_round_bounds",
+    "composition_name",
+    "AccountantResult",
+    "PrivacyResult",
+    "account_run",
+]
+
+
+def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, rdp_resolution: float = 1e-2
+                         ) -> dict[str, Tensor]:
+    """Totals over the last dimension (rounds) of a RoundBound with fields [..., T].
+
+    Local and central each take the smallest of basic, advanced and RDP composition
+    (:func:`otafl.privacy.analysis.composition.compose_best`) at one total delta: ``delta_target``
+    or, by default, the basic composition's delta plus ``delta_slack``. RDP uses the
+    round's sampled-Gaussian view (rate, noise std / Delta); the central total adds
+    sum_t delta'_t for the concentration events.
+
+    Returns
+    -------
+    dict of [...] tensors: ``epsilon_local_total``, ``delta_local_total``,
+    ``composition_local`` (index into COMPOSITIONS), ``epsilon_central_total``,
+    ``delta_central_total``, ``composition_central``.
+    """
+    def rdp_view(rate, std):
+        if rate is None or std is None:
+            return None, None
+        return rate, std / bound.sensitivity
+
+    q_l, z_l = rdp_view(bound.local_sampling_rate, bound.local_noise_std)
+    local = compose_best(epsilon=bound.epsilon_local, delta=bound.delta_local, delta_target=delta_target,
+                         delta_slack=delta_slack, sampling_rate=q_l, noise_multiplier=z_l,
+                         rdp_resolution=rdp_resolution)
+    q_c, z_c = rdp_view(bound.central_sampling_rate, bound.central_noise_std)
+    central = compose_best(epsilon=bound.epsilon_central, delta=bound.delta_central, delta_target=delta_target,
+                           delta_slack=delta_slack, sampling_rate=q_c, noise_multiplier=z_c,
+                           event_delta=bound.delta_prime, rdp_resolution=rdp_resolution)
+    return {
+        "epsilon_local_total": local["epsilon"], "delta_local_total": local["delta"],
+        "composition_local": local["composition"],
+        "epsilon_central_total": central["epsilon"], "delta_central_total": central["delta"],
+        "composition_central": central["composition"],
+    }
+
+
+def composition_name(index: int) -> str:
+    """Name of a composition index from :func:`compose_round_bounds` ('none' for -1)."""
+    return COMPOSITIONS[index] if index >= 0 else "none"
+
+
+# AccountantResult field -> the suffix of its flat summary key "{name}_{suffix}" (in column order).
+_SUMMARY_KEYS = (
+    ("epsilon_local_max", "epsilon_local_max"),
+    ("delta_local", "delta_local"),
+    ("epsilon_central", "epsilon_central"),
+    ("delta_central", "delta_central"),
+    ("epsilon_local_total", "epsilon_local_total"),
+    ("delta_local_total", "delta_local_total"),
+    ("epsilon_central_total", "epsilon_central_total"),
+    ("delta_central_total", "delta_central_total"),
+    ("composition_central", "composition"),
+    ("composition_local", "composition_local"),
+    ("defined", "defined"),
+    ("reason", "reason"),
+    ("classic_valid", "classic_valid"),
+)
+
+
+@dataclass(frozen=True)
+class AccountantResult:
+    """One accountant's privacy of a run. Plain Python values; non-finite epsilons are +inf.
+
+    Attributes
+    ----------
+    name : the accountant.
+    epsilon_local_max, delta_local : LDP of the worst user in the worst round (max over
+        rounds of each).
+    epsilon_central, delta_central : central DP of the worst round (max over rounds of each).
+    epsilon_local_total, delta_local_total : LDP composed over the rounds.
+    epsilon_central_total, delta_central_total : central DP composed over the rounds.
+    composition_central, composition_local : the composition that gave each total
+        (basic | advanced | rdp | none).
+    defined : every round's bounds are defined; ``reason`` the texts of the reason bits
+        set in any round ('' when defined).
+    classic_valid : every round's classic Gaussian steps (central and local) are in
+        their validity range (always True for accountants without one).
+    epsilon_central_per_round, epsilon_local_per_round : [T] per round (local: worst user).
+    """
+
+    name: str
+    epsilon_local_max: float
+    delta_local: float
+    epsilon_central: float
+    delta_central: float
+    epsilon_local_total: float
+    delta_local_total: float
+    epsilon_central_total: float
+    delta_central_total: float
+    composition_central: str
+    composition_local: str
+    defined: bool
+    reason: str
+    classic_valid: bool
+    epsilon_central_per_round: tuple[float, ...]
+    epsilon_local_per_round: tuple[float, ...]
+
+    def summary_fields(self) -> dict:
+        """The flat run-summary columns ``"{name}_{suffix}"`` (no per-round values)."""
+        return {f"{self.name}_{suffix}": getattr(self, field) for field, suffix in _SUMMARY_KEYS}
+
+    def round_fields(self, t: int) -> dict:
+        """Round t's record columns: ``"{name}_epsilon_central"``, ``"{name}_epsilon_local_max"``."""
+        return {f"{self.name}_epsilon_central": self.epsilon_central_per_round[t],
+                f"{self.name}_epsilon_local_max": self.epsilon_local_per_round[t]}
+
+
+@dataclass(frozen=True, eq=False)
+class PrivacyResult(Mapping):
+    """The privacy of a run for several accountants: a read-only mapping name -> AccountantResult."""
+
+    results: Mapping[str, AccountantResult]
+
+    def __getitem__(self, name: str) -> AccountantResult:
+        return self.results[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def summary_fields(self) -> dict:
+        """Every accountant's :meth:`AccountantResult.summary_fields`, in accountant order."""
+        out: dict = {}
+        for result in self.results.values():
+            out.update(result.summary_fields())
+        return out
+
+    def round_fields(self, t: int) -> dict:
+        """Every accountant's :meth:`AccountantResult.round_fields` of round t."""
+        out: dict = {}
+        for result in self.results.values():
+            out.update(result.round_fields(t))
+        return out
+
+
+def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l: float,
+                delta_prime: float | str = "auto", delta_target: float | None = None,
+                rdp_resolution: float = 1e-2) -> PrivacyResult:
+    """Per-round and whole-run privacy of a training run, for each named accountant.
+
+    Parameters
+    ----------
+    facts : one :class:`RoundFacts` per round (T >= 1, same K every round).
+    accountants : names in :data:`ACCOUNTANTS`.
+    delta_l : delta of the Gaussian step, in (0, 1).
+    delta_prime : number in (0, 1) or "auto" (2 exp(-2 mu_t^2/K) + 1e-5 per round).
+    delta_target : total delta of the run for the composed totals; default: the basic
+        composition's total delta plus delta_l.
+    rdp_resolution : conservative grid for the Opacus calls (see :mod:`otafl.privacy.analysis.rdp`).
+
+    Returns
+    -------
+    :class:`PrivacyResult` (accountants in the order given); JSON-able through
+    :meth:`PrivacyResult.summary_fields` (``json.dumps`` writes +inf as ``Infinity``).
+    """
+    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    if delta_target is not None:
+        check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    x = stack_facts(facts)
+    results: dict[str, AccountantResult] = {}
+    for name in accountants:
+        acc = get_accountant(name)
+        bound = acc.bound(participation_prob=x["participation_prob"], noise_var=x["noise_var"],
+                          alignment_gain=x["alignment_gain"], n0=x["n0"], sensitivity=x["sensitivity"],
+                          delta_l=delta_l, delta_prime=delta_prime, dim=x["dim"])
+        totals = compose_round_bounds(bound, delta_target=delta_target, delta_slack=delta_l,
+                                      rdp_resolution=rdp_resolution)
+        reason = 0
+        for code in bound.reason.tolist():
+            reason |= int(code)
+        results[name] = AccountantResult(
+            name=name,
+            epsilon_local_max=float(bound.epsilon_local.max()),
+            delta_local=float(bound.delta_local.max()),
+            epsilon_central=float(bound.epsilon_central.max()),
+            delta_central=float(bound.delta_central.max()),
+            epsilon_local_total=float(totals["epsilon_local_total"]),
+            delta_local_total=float(totals["delta_local_total"]),
+            epsilon_central_total=float(totals["epsilon_central_total"]),
+            delta_central_total=float(totals["delta_central_total"]),
+            composition_central=composition_name(int(totals["composition_central"])),
+            composition_local=composition_name(int(totals["composition_local"])),
+            defined=bool(reason == 0),
+            reason=reason_text(reason),
+            classic_valid=bool((bound.classic_valid & bound.classic_valid_local).all()),
+            epsilon_central_per_round=tuple(float(v) for v in bound.epsilon_central.tolist()),
+            epsilon_local_per_round=tuple(float(v) for v in bound.epsilon_local.tolist()),
+        )
+    return PrivacyResult(results)

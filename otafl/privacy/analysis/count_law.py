@@ -1,0 +1,221 @@
+"""Laws of the number of participants that the ``exact`` accountant conditions on.
+
+The leakage of user k in one round is bounded by conditioning on a data-independent
+count (joint convexity of the hockey-stick divergence; docs/privacy.md#exact):
+
+- n, the number of *other* participants: :class:`CountLaw` (binomial for uniform p,
+  Poisson-binomial otherwise, n = 0 for local DP), windowed to all but a tail mass that
+  is charged to delta, and lumped into blocks of consecutive n only for very many users
+  (safe: the conditional profile is non-increasing in n);
+- m = n + 1{k takes part}, the *total* count: :class:`TotalLaw`.
+
+All tensors are float64; batches are rows [B, ...].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from otafl.privacy.analysis.concentration import poisson_binomial_pmf
+
+__all__ = [
+    "CountLaw",
+    "TotalLaw",
+    "binomial_count_law",
+    "poisson_binomial_count_law",
+    "local_count_law",
+    "total_count_law",
+    "stack_laws",
+]
+
+_DT = torch.float64
+
+
+@dataclass(frozen=True)
+class CountLaw:
+    """Blocks of the law of n (number of *other* participants), padded to a common width.
+
+    Attributes
+    ----------
+    n_first, n_last : [B, N], float64. Block i covers n_first..n_last (inclusive).
+    weight : [B, N], float64. P(n in block i); 0 on padding.
+    dropped : [B], float64. Mass outside every block (added to delta as delta_n <= 1).
+    """
+
+    n_first: torch.Tensor
+    n_last: torch.Tensor
+    weight: torch.Tensor
+    dropped: torch.Tensor
+
+
+def _law_from_windows(starts: list[int], windows: list[torch.Tensor], dropped: torch.Tensor,
+                      block_rel_width: float) -> CountLaw:
+    """CountLaw from per-row windows: row b has P(n = starts[b] + i) = windows[b][i].
+
+    Inside a window n is exact up to n = 1 / block_rel_width; beyond, consecutive n are
+    lumped into blocks of width floor(block_rel_width * n) (safe by monotonicity in n).
+    """
+    dev = dropped.device
+    rows = []
+    for lb, pw in zip(starts, windows):
+        hb = lb + len(pw) - 1
+        if block_rel_width * hb < 1.0:
+            n = torch.arange(lb, hb + 1, dtype=_DT, device=dev)
+            rows.append((n, n, pw))
+            continue
+        firsts = []
+        n = lb
+        while n <= hb:
+            firsts.append(n)
+            n += max(1, int(block_rel_width * n))
+        first = torch.tensor(firsts, dtype=torch.long, device=dev)
+        last = torch.cat([first[1:] - 1, first.new_tensor([hb])])
+        block = torch.searchsorted(first, torch.arange(lb, hb + 1, device=dev), right=True) - 1
+        weight = pw.new_zeros(len(firsts)).index_add_(0, block, pw)
+        rows.append((first.to(_DT), last.to(_DT), weight))
+    N = max(len(r[0]) for r in rows)
+
+    def pad(t, val):
+        return torch.cat([t, t.new_full((N - len(t),), val)])
+
+    return CountLaw(n_first=torch.stack([pad(r[0], float(r[0][-1])) for r in rows]),
+                    n_last=torch.stack([pad(r[1], float(r[1][-1])) for r in rows]),
+                    weight=torch.stack([pad(r[2].clamp(min=0.0), 0.0) for r in rows]),
+                    dropped=dropped.clamp(min=0.0))
+
+
+def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float) -> CountLaw:
+    """Window each row of ``pmf`` [B, M] to all but ``tail_mass`` and lump into blocks.
+
+    The window of row b is [lo_b, hi_b] with P(n < lo_b) <= tail_mass / 2 and
+    P(n > hi_b) <= tail_mass / 2 (tails summed from their own ends, so small masses stay
+    exact). ``tail_mass`` is a float or a [B] tensor.
+    """
+    B, M = pmf.shape
+    dev = pmf.device
+    tm = torch.as_tensor(tail_mass, dtype=_DT, device=dev).expand(B)[:, None] / 2
+    cdf = torch.cumsum(pmf, -1)  # P(n <= i), accurate in the lower tail
+    sf = torch.flip(torch.cumsum(torch.flip(pmf, [-1]), -1), [-1])  # P(n >= i), upper tail
+    ar = torch.arange(M, device=dev)
+    lo = torch.where(cdf > tm, ar, M).amin(-1).clamp(max=M - 1)
+    hi = torch.where(sf > tm, ar, -1).amax(-1).clamp(min=0)
+    lo, hi = torch.minimum(lo, hi), torch.maximum(lo, hi)
+    zero = pmf.new_zeros(B)
+    below = torch.where(lo > 0, cdf.gather(1, (lo - 1).clamp(min=0)[:, None])[:, 0], zero)
+    above = torch.where(hi + 1 < M, sf.gather(1, (hi + 1).clamp(max=M - 1)[:, None])[:, 0], zero)
+    starts = lo.tolist()
+    windows = [pmf[b, lb:hb + 1] for b, (lb, hb) in enumerate(zip(starts, hi.tolist()))]
+    return _law_from_windows(starts, windows, below + above, block_rel_width)
+
+
+def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
+                       tail_mass=1e-12, block_rel_width: float = 1e-3) -> CountLaw:
+    """Law of n ~ Binomial(num_others, p) for uniform participation, without users.
+
+    Only the window [ppf(tail/2), isf(tail/2)] is materialised; its pmf and the two tail
+    masses come from scipy's binomial distribution (Boost's accurate pmf and incomplete
+    beta), so K = 10^6 users costs a window of ~10^4 counts, not 10^6.
+
+    Parameters
+    ----------
+    participation_prob : [B], float, p in [0, 1].
+    num_others : int or [B] integer tensor, K - 1 >= 0.
+    tail_mass : float or [B]: mass the window may leave out (it is added to delta).
+    block_rel_width : blocks n..n + floor(rel n) are lumped (exact below n = 1 / rel).
+    """
+    import numpy as np
+    from scipy.stats import binom
+
+    p = torch.as_tensor(participation_prob, dtype=_DT).reshape(-1)
+    dev = p.device
+    B = p.shape[0]
+    N = torch.as_tensor(num_others, dtype=_DT).reshape(-1).expand(B).cpu().numpy().astype(np.int64)
+    tm = torch.as_tensor(tail_mass, dtype=_DT).reshape(-1).expand(B).cpu().numpy()
+    pn = p.cpu().numpy()
+    lo = np.maximum(binom.ppf(tm / 2, N, pn), 0).astype(np.int64)
+    hi = np.minimum(binom.isf(tm / 2, N, pn), N).astype(np.int64)
+    hi = np.maximum(hi, lo)
+    below = np.where(lo > 0, binom.cdf(lo - 1, N, pn), 0.0)
+    above = np.where(hi < N, binom.sf(hi, N, pn), 0.0)
+    windows = [torch.as_tensor(binom.pmf(np.arange(lb, hb + 1), n, q), dtype=_DT, device=dev)
+               for lb, hb, n, q in zip(lo, hi, N, pn)]
+    return _law_from_windows(lo.tolist(), windows,
+                             torch.as_tensor(below + above, dtype=_DT, device=dev), block_rel_width)
+
+
+def poisson_binomial_count_law(others_prob: torch.Tensor, *, tail_mass: float = 1e-12,
+                               block_rel_width: float = 1e-3) -> CountLaw:
+    """Law of n = sum of independent Bernoulli(others_prob) (exact Poisson-binomial).
+
+    Parameters
+    ----------
+    others_prob : [B, K - 1], float, participation probabilities of the other users.
+    """
+    q = torch.as_tensor(others_prob, dtype=_DT)
+    if q.dim() == 1:
+        q = q[None]
+    return _blocks_from_pmf(poisson_binomial_pmf(q), tail_mass, block_rel_width)
+
+
+def local_count_law(batch: int, device=None) -> CountLaw:
+    """n = 0 with probability one (local DP: the others may collude with the server)."""
+    z = torch.zeros(batch, 1, dtype=_DT, device=device)
+    return CountLaw(n_first=z, n_last=z, weight=torch.ones_like(z),
+                    dropped=torch.zeros(batch, dtype=_DT, device=device))
+
+
+def stack_laws(laws: list[CountLaw]) -> CountLaw:
+    """Concatenate CountLaws along B, padding N with zero-weight copies of the last block."""
+    N = max(law.weight.shape[1] for law in laws)
+
+    def pad(t, fill_last):
+        if t.shape[1] == N:
+            return t
+        extra = t[:, -1:].expand(-1, N - t.shape[1]) if fill_last else \
+            t.new_zeros(t.shape[0], N - t.shape[1])
+        return torch.cat([t, extra], 1)
+
+    return CountLaw(n_first=torch.cat([pad(l.n_first, True) for l in laws]),
+                    n_last=torch.cat([pad(l.n_last, True) for l in laws]),
+                    weight=torch.cat([pad(l.weight, False) for l in laws]),
+                    dropped=torch.cat([l.dropped for l in laws]))
+
+
+@dataclass(frozen=True)
+class TotalLaw:
+    """The round seen through the *total* count m = n + 1{k takes part} (eq. (5) of
+    :mod:`otafl.privacy.analysis.ota_round`).
+
+    Attributes ([B, M], float64): ``m`` counts, ``weight`` P(m), ``share`` pi_m =
+    P(k takes part | m); ``dropped`` [B] the mass outside (added to delta).
+    """
+
+    m: torch.Tensor
+    weight: torch.Tensor
+    share: torch.Tensor
+    dropped: torch.Tensor
+
+
+def total_count_law(law: CountLaw, participation_prob: torch.Tensor) -> TotalLaw | None:
+    r"""Law of the total count m = n + 1{k takes part} and P(k in | m), from the others' window.
+
+        P(m) = (1 - p) P_o(m) + p P_o(m - 1),   pi_m = p P_o(m - 1) / P(m),
+
+    P_o the law of the others (``law``), p = ``participation_prob`` [B] of user k. Only
+    outcomes with n in the window [lo, hi] enter (m in [lo, hi + 1]; at m = lo only
+    "k absent" is in the window, pi = 0; at m = hi + 1 only "k present", pi = 1); the rest
+    is the law's dropped mass. None when the law lumps blocks (or is empty).
+    """
+    if not torch.equal(law.n_first, law.n_last) or law.n_first.shape[1] < 1:
+        return None
+    p = participation_prob.to(_DT)[:, None]
+    wt = law.weight  # P_o(lo + j), j = 0..N-1 (zero on padding)
+    zero = wt.new_zeros(wt.shape[0], 1)
+    absent = (1 - p) * torch.cat([wt, zero], 1)   # k absent, n = m
+    present = p * torch.cat([zero, wt], 1)        # k present, n = m - 1
+    weight = absent + present
+    share = torch.where(weight > 0, present / weight.clamp(min=1e-300), torch.zeros_like(weight))
+    m = law.n_first[:, :1] + torch.arange(wt.shape[1] + 1, dtype=_DT, device=wt.device)
+    return TotalLaw(m=m, weight=weight, share=share, dropped=law.dropped.clamp(max=1.0))

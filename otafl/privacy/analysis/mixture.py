@@ -1,0 +1,158 @@
+r"""The hockey-stick divergence of one-dimensional Gaussian mixtures (the ``exact`` accountant's kernel).
+
+For a user who takes part with probability pi, the server's output along the direction
+of the user's gradient is the pair
+
+    P = (1 - pi) N(0, w) + pi N(+a, W)    vs    Q = (1 - pi) N(0, w) + pi N(-a, W),
+
+w <= W: the noise without and with the user's own noise, a = Delta / 2 (gradient units).
+For eps >= 0 and w < W the set where p_P - e^eps p_Q > 0 is a half-line (u_1, inf),
+u_1 > eps W / (2a), so
+
+    h_eps(pi) = pi Qbar((u_1 - a)/sqrt W) - pi e^eps Qbar((u_1 + a)/sqrt W)
+                - (1 - pi)(e^eps - 1) Qbar(u_1 / sqrt w),                              (3)
+
+with u_1 the root of the log likelihood ratio L(u) = eps, found by bracketed Newton
+steps. For any bracket lo <= u_1 <= hi, (3) at lo is a lower bound and (3) at hi plus
+(hi - lo) max_{[lo, hi]} pi phi_W(u - a) an upper bound (the integrand is at most
+pi phi_W(u - a)). At pi = 1 the pair is the Gaussian mechanism (Balle & Wang 2018, Thm 8;
+:func:`otafl.privacy.analysis.gaussian.gaussian_hockey_stick`). Derivation: see
+docs/privacy.md#exact. Pure, batched, float64 on the device of the inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from otafl.privacy.analysis.gaussian import exp_diff
+
+__all__ = ["mixture_hockey_stick"]
+
+_LOG2 = math.log(2.0)
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_DT = torch.float64
+
+
+def _log_ndtr_upper(z: torch.Tensor) -> torch.Tensor:
+    """log Qbar(z) = log P(N(0,1) > z), accurate in both tails."""
+    return torch.special.log_ndtr(-z)
+
+
+def _likelihood_ratio(u, eps, log_pi, log_1mpi, w, W, a):
+    """G(u) = L(u) - eps and dG/du, L the log likelihood ratio of the 1-D mixtures."""
+    A = log_1mpi - u * u / (2 * w) - 0.5 * torch.log(w)
+    B = log_pi - (u - a) ** 2 / (2 * W) - 0.5 * torch.log(W)
+    C = log_pi - (u + a) ** 2 / (2 * W) - 0.5 * torch.log(W)
+    G = torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
+    dA, dB, dC = -u / w, -(u - a) / W, -(u + a) / W
+    sAB = torch.sigmoid(A - B)
+    sAC = torch.sigmoid(A - C)
+    dG = (sAB * dA + (1 - sAB) * dB) - (sAC * dA + (1 - sAC) * dC)
+    return G, dG
+
+
+def _tail_excess(u, eps, log_pi, log_1mpi, w, W, a):
+    """F(u) = int_u^inf (p_P - e^eps p_Q) for the 1-D mixtures, eq. (3) (may be < 0)."""
+    sW = W.sqrt()
+    log_pos = log_pi + _log_ndtr_upper((u - a) / sW)
+    log_neg1 = log_pi + eps + _log_ndtr_upper((u + a) / sW)
+    log_neg0 = log_1mpi + torch.log(torch.expm1(eps)) + _log_ndtr_upper(u / w.sqrt())
+    return exp_diff(log_pos, torch.logaddexp(log_neg1, log_neg0))
+
+
+def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
+                         present_var: torch.Tensor, half_sensitivity: torch.Tensor,
+                         max_iter: int = 200, rtol: float = 1e-13
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Bounds on h_eps(pi) for (1-pi) N(0, w) + pi N(+a, W) vs (1-pi) N(0, w) + pi N(-a, W).
+
+    Eq. (3) of the module docstring with the root u_1 of L(u) = eps bracketed by Newton
+    steps safeguarded by bisection. The initial bracket is explicit: L(eps W / 2a) <= eps
+    and L(u) >= B - max(A, C) - log 2 >= eps beyond the larger root of a quadratic.
+
+    Parameters
+    ----------
+    eps : [...], float64, >= 0 (nats).
+    log_odds : [...], float64, logit(pi), may be +inf (pi = 1) but not -inf.
+    absent_var : [...], float64, w > 0 (ignored where pi = 1).
+    present_var : [...], float64, W >= w, W > 0.
+    half_sensitivity : [...], float64, a > 0.
+
+    Returns
+    -------
+    upper, lower : [...], float64, lower <= h_eps(pi) <= upper.
+    """
+    eps, lam, w, W, a = torch.broadcast_tensors(*(torch.as_tensor(x, dtype=_DT) for x in
+                                                  (eps, log_odds, absent_var, present_var,
+                                                   half_sensitivity)))
+    full = torch.isposinf(lam)
+    w = torch.where(full, torch.ones_like(w), w)  # irrelevant where pi = 1; keeps logs finite
+    log_pi = F.logsigmoid(lam)
+    log_1mpi = torch.where(full, torch.full_like(lam, -math.inf), F.logsigmoid(-lam))
+
+    u_star = eps * W / (2 * a)
+    # Explicit upper bracket: B - C = 2ua/W >= eps + log 2 and B - A >= eps + log 2, the
+    # latter a quadratic alpha u^2 + beta u + gamma >= 0 (alpha >= 0, beta > 0).
+    alpha = 0.5 / w - 0.5 / W
+    beta = a / W
+    gamma = lam + 0.5 * torch.log(w / W) - a * a / (2 * W) - eps - _LOG2
+    disc = beta * beta - 4 * alpha * gamma
+    r_plus = torch.where(disc >= 0, -2 * gamma / (beta + disc.clamp(min=0).sqrt()),
+                         torch.full_like(gamma, -math.inf))
+    hi = torch.maximum(torch.maximum(u_star, (eps + _LOG2) * W / (2 * a)), r_plus)
+    hi = hi + 1e-12 * hi.abs() + 1e-300
+    lo = u_star.clone()
+
+    args = (eps, log_pi, log_1mpi, w, W, a)
+    lo = torch.where(full, u_star, lo)
+    hi = torch.where(full, u_star, hi)
+    g_lo, _ = _likelihood_ratio(lo, *args)
+    g_hi, _ = _likelihood_ratio(hi, *args)
+    g_lo = g_lo.clamp(max=0.0)
+    g_hi = g_hi.clamp(min=0.0)
+
+    def secant_or_mid(lo, hi, g_lo, g_hi):
+        xs = lo - g_lo * (hi - lo) / (g_hi - g_lo)
+        ok = torch.isfinite(xs) & (xs >= lo) & (xs <= hi)
+        return torch.where(ok, xs, 0.5 * (lo + hi))
+
+    x = torch.where(full, u_star, secant_or_mid(lo, hi, g_lo, g_hi))
+    done = full.clone()
+    for _ in range(max_iter):
+        # Converged elements are frozen, so each element's result does not depend on
+        # what else is in the batch (chunked and whole evaluations agree).
+        G, dG = _likelihood_ratio(x, *args)
+        pos = G > 0
+        upd = ~done & torch.isfinite(G)
+        hi = torch.where(upd & pos, x, hi)
+        g_hi = torch.where(upd & pos, G, g_hi)
+        lo = torch.where(upd & ~pos, x, lo)
+        g_lo = torch.where(upd & ~pos, G, g_lo)
+        step = G / dG
+        x_new = x - step
+        bad = ~((x_new >= lo) & (x_new <= hi))
+        x_next = torch.where(bad, secant_or_mid(lo, hi, g_lo, g_hi), x_new)
+        tol = rtol * (1.0 + x.abs())
+        now_done = (step.abs() < tol) | (hi - lo < tol) | (G == 0) | ~torch.isfinite(G)
+        x = torch.where(done | now_done, x, x_next)
+        done = done | now_done
+        if bool(done.all()):
+            break
+    # Tighten the bracket around the Newton point on both sides.
+    tau = 4 * rtol * (1.0 + x.abs())
+    for cand in (x - tau, x + tau):
+        G, _ = _likelihood_ratio(cand, *args)
+        inside = (cand > lo) & (cand < hi) & ~full
+        lo = torch.where(inside & (G <= 0), cand, lo)
+        hi = torch.where(inside & (G > 0), cand, hi)
+
+    lower = _tail_excess(lo, *args).clamp(min=0.0)
+    # Bracket slack: (hi - lo) * max over [lo, hi] of pi phi_W(u - a).
+    dist = torch.clamp(torch.maximum(lo - a, a - hi), min=0.0)
+    log_slack = (log_pi + torch.log(hi - lo) - dist * dist / (2 * W) - 0.5 * torch.log(W)
+                 - _HALF_LOG_2PI)
+    upper = _tail_excess(hi, *args).clamp(min=0.0) + torch.exp(log_slack)
+    return upper, lower

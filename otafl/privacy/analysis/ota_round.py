@@ -1,0 +1,293 @@
+r"""The leakage of one over-the-air round for one user: delta(eps) and eps(delta), numerically.
+
+User k takes part with probability p; the other users' gradients are known to the
+adversary and subtracted, and the worst-case pair is antipodal, g_k = +-a e with
+a = Delta / 2. Given n other participants the two output laws are
+
+    P_n = (1 - p) N(0, w I_d) + p N(+a e, W I_d),   Q_n = same with -a e,
+    w = n sigma_o^2 + N0 / c^2,   W = w + sigma_k^2   (sigma_o^2: the smallest other noise),
+
+and by joint convexity of the hockey-stick divergence (revealing n only helps the
+adversary)
+
+    delta(eps) <= sum_n P(n) delta_n(eps),   delta_n(eps) = H_eps(P_n || Q_n),            (1)
+
+with delta_n from :mod:`otafl.privacy.analysis.cells`. Conditioning on the total count
+m = n + 1{k takes part} instead gives the other bound
+
+    delta(eps) <= sum_m P(m) H_eps(P^m || Q^m),                                          (5)
+    P^m = (1 - pi_m) N(0, w_m I_d) + pi_m N(+a e, W_m I_d),   Q^m = same with -a e,
+
+w_m = m sigma_o^2 + N0/c^2, W_m = w_m + sigma_k^2 - sigma_o^2, pi_m = P(k in | m)
+(:func:`~otafl.privacy.analysis.count_law.total_count_law`);
+:func:`round_delta` reports the smaller. Every numerical error is on the safe side:
+cells (chord bounds), root brackets, the truncated tail of the count law (added to
+delta) and blocks of n (weighted by delta at the block's smallest n). Local DP is the
+same computation with n = 0. ``dim=None`` is the dimension-free limit d -> inf, an
+upper bound for every d. Derivation and checks: docs/privacy.md#exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from otafl.errors import OtaflInputError
+from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, s_cells
+from otafl.privacy.analysis.count_law import CountLaw, TotalLaw, total_count_law
+
+__all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows"]
+
+_DT = torch.float64
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """The facts of one round for the user under attack, batched over B settings.
+
+    Attributes (all [B], float64, gradient units)
+    ----------
+    participation_prob : p of the user under attack.
+    own_noise_var : sigma_k^2 of that user.
+    others_noise_var : sigma_o^2, the smallest artificial noise variance of the others.
+    channel_noise_var : N0 / c^2.
+    half_sensitivity : a = Delta / 2.
+    law : CountLaw of the number of other participants (``n = 0`` for local DP).
+    dim : model dimension d (int), or None for the dimension-free bound (d -> inf).
+    """
+
+    participation_prob: torch.Tensor
+    own_noise_var: torch.Tensor
+    others_noise_var: torch.Tensor
+    channel_noise_var: torch.Tensor
+    half_sensitivity: torch.Tensor
+    law: CountLaw
+    dim: int | None
+
+
+def _col(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, 1)
+
+
+@dataclass(frozen=True)
+class RoundCells:
+    """Prebuilt s cells of a round, rows [B, 1, N]: others' count at n_first (upper) and
+    n_last (lower), and the total count (``total``, None when s is ancillary there)."""
+
+    first: SCells | None
+    last: SCells | None
+    total: SCells | None = None
+
+
+def _round_params(spec: RoundSpec):
+    p, s2, so2, ch, a = (_col(t.to(_DT))[:, :, None] for t in (
+        spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
+        spec.channel_noise_var, spec.half_sensitivity))
+    law = spec.law
+    w_first = law.n_first[:, None, :] * so2 + ch
+    w_last = law.n_last[:, None, :] * so2 + ch
+    return p, s2, a, w_first, w_last
+
+
+def _total_params(spec: RoundSpec, total: TotalLaw):
+    so2, s2, ch = (_col(t.to(_DT))[:, :, None] for t in (
+        spec.others_noise_var, spec.own_noise_var, spec.channel_noise_var))
+    w = total.m[:, None, :] * so2 + ch
+    extra = (s2 - so2).clamp(min=0.0)
+    return total.share[:, None, :], w, extra
+
+
+def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID,
+                conditioning: str = "best") -> RoundCells:
+    """Build the eps-independent s cells of a round once (reused by every eps)."""
+    if spec.dim is None or spec.dim == 1:
+        return RoundCells(None, None)
+    p, s2, _, w_first, w_last = _round_params(spec)
+
+    def build(p, w, s2):
+        pb, wb, sb = torch.broadcast_tensors(p, w, s2)
+        ok = (wb > 0) & (pb > 0) & (pb < 1) & (sb > 0)
+        # Rows that conditional_delta does not integrate get harmless placeholders.
+        pb = torch.where(ok, pb, torch.full_like(pb, 0.5))
+        wb = torch.where(ok, wb, torch.ones_like(wb))
+        sb = torch.where(ok, sb, torch.ones_like(sb))
+        return s_cells(participation_prob=pb, absent_var=wb, own_noise_var=sb, dim=spec.dim, grid=grid)
+
+    first = last = None
+    if conditioning in ("best", "others"):
+        first = build(p, w_first, s2)
+        last = first if torch.equal(spec.law.n_first, spec.law.n_last) else build(p, w_last, s2)
+    total = total_count_law(spec.law, spec.participation_prob) if conditioning in ("best", "total") else None
+    tcells = None
+    if total is not None:
+        share, w, extra = _total_params(spec, total)
+        if bool((extra > 0).any()):
+            tcells = build(share, w, extra)
+    return RoundCells(first, last, tcells)
+
+
+def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
+                cells: RoundCells | None = None, conditioning: str = "best"
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Bounds on the round's profile by joint convexity, eq. (1) and eq. (5).
+
+    Parameters
+    ----------
+    eps : [B] or [B, E], float64, >= 0.
+    spec : the round, batched over B.
+    grid : s cells (ignored when ``cells`` is given).
+    cells : ``round_cells(spec, grid)``, to reuse across calls.
+    conditioning : "others" (reveal n, eq. 1), "total" (reveal m, eq. 5) or "best" (the
+        smaller of the two; both are upper bounds on the same delta).
+
+    Returns
+    -------
+    upper : same shape as ``eps``: the reported upper bound (block weights times delta
+        at each block's smallest n, plus the dropped mass).
+    lower : lower bound on the same sum (not on the true leakage), for error reporting.
+    """
+    if conditioning not in ("best", "others", "total"):
+        raise OtaflInputError(f"conditioning = {conditioning!r} is outside the allowed range "
+                              "{best, others, total}")
+    eps = torch.as_tensor(eps, dtype=_DT)
+    squeeze = eps.dim() == 1
+    if squeeze:
+        eps = eps[:, None]
+    if cells is None:
+        cells = round_cells(spec, grid, conditioning)
+    law = spec.law
+    p, s2, a, w_first, w_last = _round_params(spec)
+    e = eps[:, :, None]
+    upper = lower = None
+    if conditioning in ("best", "others"):
+        up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
+                                   half_sensitivity=a, dim=spec.dim, cells=cells.first)
+        if cells.last is not cells.first:
+            _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last,
+                                      own_noise_var=s2, half_sensitivity=a, dim=spec.dim,
+                                      cells=cells.last)
+        wgt = law.weight[:, None, :]
+        upper = ((wgt * up).sum(-1) + law.dropped[:, None]).clamp(max=1.0)
+        lower = (wgt * lo).sum(-1)
+    total = total_count_law(spec.law, spec.participation_prob) if conditioning in ("best", "total") else None
+    if total is not None:
+        share, w, extra = _total_params(spec, total)
+        up, lo = conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=extra,
+                                   half_sensitivity=a, dim=spec.dim, cells=cells.total)
+        wgt = total.weight[:, None, :]
+        t_up = ((wgt * up).sum(-1) + total.dropped[:, None]).clamp(max=1.0)
+        t_lo = (wgt * lo).sum(-1)
+        upper = t_up if upper is None else torch.minimum(upper, t_up)
+        lower = t_lo if lower is None else torch.minimum(lower, t_lo)
+    elif upper is None:
+        raise OtaflInputError("conditioning = 'total' needs the law of n per count "
+                              "(fewer than 1 / block_rel_width users)")
+    if squeeze:
+        return upper[:, 0], lower[:, 0]
+    return upper, lower
+
+
+def take_rows(spec: RoundSpec, idx: torch.Tensor) -> RoundSpec:
+    """The rows ``idx`` of a batched RoundSpec."""
+    law = spec.law
+    return RoundSpec(spec.participation_prob[idx], spec.own_noise_var[idx],
+                     spec.others_noise_var[idx], spec.channel_noise_var[idx],
+                     spec.half_sensitivity[idx],
+                     CountLaw(law.n_first[idx], law.n_last[idx], law.weight[idx], law.dropped[idx]),
+                     spec.dim)
+
+
+def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
+                  grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
+                  xtol: float = 1e-9, max_eps: float = 1e4) -> torch.Tensor:
+    """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
+
+    The profile is non-increasing and convex in eps, so the root of
+    log delta(eps) - log delta_target is bracketed and found by the Illinois variant of
+    regula falsi (bisection where a step leaves the bracket). The returned value is the
+    upper end of the final bracket, so delta(eps) <= delta_target holds there.
+
+    With ``conditioning="best"`` the eps of eq. (5) (cheap: 1-D when the noises are equal)
+    is found first; eq. (1) is solved only for rows where its delta at that eps is
+    already below the target (then, and only then, its eps is smaller). The result is
+    min(eps_(1), eps_(5)), the eps of min(delta_(1), delta_(5)).
+
+    Parameters
+    ----------
+    delta_target : [B] or scalar, float64 in (0, 1).
+    spec : the round, batched over B.
+    conditioning : "best", "others" (eq. 1) or "total" (eq. 5).
+
+    Returns
+    -------
+    eps : [B], float64; 0 where delta(0) <= target; +inf where delta(max_eps) > target.
+    """
+    B = spec.participation_prob.reshape(-1).shape[0]
+    dev = spec.participation_prob.device
+    t = torch.as_tensor(delta_target, dtype=_DT, device=dev).expand(B).clone()
+    log_t = torch.log(t)
+    if conditioning == "best" and total_count_law(spec.law, spec.participation_prob) is not None:
+        kw = dict(grid=grid, xtol=xtol, max_eps=max_eps)
+        e_t = round_epsilon(t, spec, conditioning="total", **kw)
+        probe = torch.where(torch.isfinite(e_t), e_t, torch.full_like(e_t, max_eps))
+        d_o, _ = round_delta(probe, spec, grid=grid, conditioning="others")
+        need = torch.nonzero((d_o <= t) | ~torch.isfinite(e_t)).reshape(-1)
+        if need.numel():
+            e_o = round_epsilon(t[need], take_rows(spec, need), conditioning="others", **kw)
+            e_t[need] = torch.minimum(e_t[need], e_o)
+        return e_t
+    if conditioning == "best":
+        conditioning = "others"
+    cells = round_cells(spec, grid, conditioning)
+
+    def f(x):
+        up, _ = round_delta(x, spec, cells=cells, conditioning=conditioning)
+        return torch.log(up) - log_t
+
+    lo = torch.zeros(B, dtype=_DT, device=dev)
+    f_lo = f(lo)
+    zero = f_lo <= 0
+    hi = torch.ones(B, dtype=_DT, device=dev)
+    if spec.dim is not None and spec.dim > 1:
+        # Start from the dimension-free bound (closed form per n, cheap): it is an upper
+        # bound on delta, so its eps brackets ours from above.
+        free = RoundSpec(spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
+                         spec.channel_noise_var, spec.half_sensitivity, spec.law, None)
+        e_free = round_epsilon(t, free, xtol=1e-3, max_eps=max_eps, conditioning=conditioning)
+        hi = torch.where(torch.isfinite(e_free) & (e_free > 0), e_free, hi)
+    f_hi = f(hi)
+    while True:
+        grow = (f_hi > 0) & ~zero & (hi < max_eps)
+        if not bool(grow.any()):
+            break
+        lo = torch.where(grow, hi, lo)
+        f_lo = torch.where(grow, f_hi, f_lo)
+        hi = torch.where(grow, 2 * hi, hi)
+        f_hi = torch.where(grow, f(hi), f_hi)
+    unbounded = (f_hi > 0) & ~zero
+    active = ~zero & ~unbounded
+    side = torch.zeros(B, dtype=torch.int8, device=dev)  # which end moved last: -1 lo, +1 hi
+    for _ in range(200):
+        active = active & (hi - lo > xtol * (1 + hi))  # converged rows are frozen
+        if not bool(active.any()):
+            break
+        x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+        ok = torch.isfinite(x) & (x > lo) & (x < hi)
+        x = torch.where(ok, x, 0.5 * (lo + hi))
+        fx = f(x)
+        below = fx <= 0  # x satisfies the target: new upper end
+        hi_new = torch.where(below, x, hi)
+        lo_new = torch.where(below, lo, x)
+        # Illinois: halve the stale end's function value when the same end moves twice.
+        f_lo_new = torch.where(below, torch.where(side == 1, f_lo / 2, f_lo), fx)
+        f_hi_new = torch.where(below, fx, torch.where(side == -1, f_hi / 2, f_hi))
+        side_new = torch.where(below, torch.ones_like(side), -torch.ones_like(side))
+        hi = torch.where(active, hi_new, hi)
+        lo = torch.where(active, lo_new, lo)
+        f_lo = torch.where(active, f_lo_new, f_lo)
+        f_hi = torch.where(active, f_hi_new, f_hi)
+        side = torch.where(active, side_new, side)
+    out = torch.where(zero, torch.zeros_like(hi), hi)
+    return torch.where(unbounded, torch.full_like(hi, math.inf), out)

@@ -1,0 +1,139 @@
+"""Plain-text output of the bound-style commands: one number format, one table layout.
+
+:func:`fmt_number` formats every cell (4 significant digits), :func:`render_table` lines
+the cells up (right-aligned columns, two spaces apart). The command layouts on top --
+:func:`bound_text`, :func:`audit_text`, :func:`scaling_text`, :func:`accountants_text` --
+take the dicts of :mod:`otafl.api`. :func:`json_text` and :func:`csv_text` are the
+``--format json`` and ``--format csv`` writers: JSON writes non-finite numbers as the
+strings ``"inf"``, ``"-inf"`` and ``"nan"`` (:func:`otafl.results.jsonable`, the run
+store's convention), CSV as ``inf``, ``-inf`` and ``nan``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Sequence
+
+from otafl.results import jsonable
+
+__all__ = ["fmt_number", "render_table", "json_text", "csv_text", "bound_text", "audit_text", "scaling_text",
+           "accountants_text"]
+
+
+def fmt_number(value: Any) -> str:
+    """A table cell: floats to 4 significant digits (``inf``, ``-inf``, ``nan`` as such),
+    booleans as yes / no, None as ``-``, anything else (ints, strings) as ``str``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Right-aligned columns two spaces apart, the header first; every cell through
+    :func:`fmt_number` (strings pass unchanged). Ends with a newline."""
+    lines = [list(header)] + [[fmt_number(v) for v in row] for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines) + "\n"
+
+
+def json_text(result: dict) -> str:
+    """``result`` as indented strict JSON (non-finite numbers as strings, no NaN/Infinity)."""
+    return json.dumps(jsonable(result), indent=1, allow_nan=False)
+
+
+def csv_text(rows: list[dict]) -> str:
+    """One CSV line per row dict (header from the first row); empty text for no rows."""
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)  # floats via repr: inf, -inf, nan
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- command layouts
+
+_PAPER_CLASSIC = ("! paper's classic Gaussian step is outside its validity range (eps_0 > 1): the classic "
+                  "formula can understate the leakage there; compare with tight")
+_PAPER_LOCAL = ("? paper's local epsilon is not a guaranteed bound: it is amplified by sampling with p < 1 "
+                "(the server can tell from the received energy who transmitted) or its classic step has "
+                "eps_0 > 1; tight's local epsilon is not amplified and holds")
+
+
+def bound_text(result: dict) -> str:
+    """:func:`otafl.api.bound.bound_grid` as a table: one line per grid point, the
+    accountants' epsilons side by side, then a legend of the marks and undefined points."""
+    rows, meta = result["rows"], result["meta"]
+    names = meta["accountants"]
+    with_totals = meta["rounds"] is not None
+    keys = ("users", "p", "sigma2", "clip", "snr_db")
+    grid: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        grid.setdefault(tuple(row[k] for k in keys), {})[row["accountant"]] = row
+    header = ["users", "p", "sigma2", "clip"] + ([] if meta["channel"] else ["snr_db"]) + ["mu"]
+    for name in names:
+        header += [f"{name}:eps_local", f"{name}:eps_central"] + ([f"{name}:eps_central_total"] if with_totals else [])
+    lines, notes = [], set()
+    for point, by_acc in grid.items():
+        line = list(point[:4]) + ([] if meta["channel"] else [point[4]])
+        line.append(by_acc[names[0]]["mean_participants"])
+        for name in names:
+            row = by_acc[name]
+            mark = mark_l = ""
+            if name == "paper" and row["defined"] and not row["classic_valid"]:
+                mark = "!"
+            if name == "paper" and row["epsilon_local"] > 0 and not row["classic_valid_local"]:
+                mark_l = "?"
+            notes |= {mark, mark_l} - {""}
+            if not row["defined"]:
+                notes.add(row["reason"])
+            line += [fmt_number(row["epsilon_local"]) + mark_l, fmt_number(row["epsilon_central"]) + mark]
+            if with_totals:
+                line.append(row["epsilon_central_total"])
+        lines.append(line)
+    legend = ([_PAPER_CLASSIC] if "!" in notes else []) + ([_PAPER_LOCAL] if "?" in notes else [])
+    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?"))]
+    return render_table(header, lines) + "".join(f"{line}\n" for line in legend)
+
+
+AUDIT_COLUMNS = ("users", "p", "sigma2", "clip", "snr_db", "scope", "rounds", "accountant", "epsilon", "delta",
+                 "audit_delta", "audit_lower", "audit_upper", "verdict")
+
+
+def audit_text(result: dict) -> str:
+    """:func:`otafl.api.audit.audit_grid` as a table (one line per row) and a footer line."""
+    text = render_table(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in result["rows"]])
+    m = result["meta"]
+    return text + (f"audit: {m['samples']} draws, seed {m['seed']}, {m['adversary']} adversary, "
+                   f"{100 * m['confidence']:g}% {m['interval']}\n")
+
+
+def scaling_text(result: dict) -> str:
+    """:func:`otafl.api.scaling.scaling_grid` as a title line and a table of the fitted
+    slopes beside the theory (one line per accountant and scheme), then the figure."""
+    m = result["meta"]
+    users = sorted({r["users"] for r in result["rows"]})
+    title = (f"central leakage vs K = {users[0]} ... {users[-1]} ({len(users)} points), "
+             f"sigma2 = {m['sigma2']:g}, L = {m['clip']:g}, delta_l = {m['delta_l']:g}, "
+             f"delta' = {m['delta_prime']}\n")
+    labels = {"fixed_p": f"fixed p = {m['p']:g}", "sqrt_p": f"p = {m['a']:g} K^-1/2"}
+    lines = [[name, labels[scheme], fit["slope"], m["theory"][scheme], fit["points"]]
+             for name in m["accountants"] for scheme, fit in m["slopes"][name].items()]
+    text = title + render_table(["accountant", "scheme", "fitted_slope", "theory_slope", "finite_points"], lines)
+    return text + (f"figure -> {m['figure']}\n" if m.get("figure") else "")
+
+
+def accountants_text(curves: dict, figure: str | None = None) -> str:
+    """:func:`otafl.api.curves.accountant_curves` as a table: p and each accountant's
+    per-round central epsilon; then the figure written, if any."""
+    names = [n for n in ("paper", "tight", "exact") if n in curves]
+    lines = [[p] + [curves[n]["epsilon"][i] for n in names] for i, p in enumerate(curves["p"])]
+    text = render_table(["p"] + [f"{n}:eps_central" for n in names], lines)
+    return text + (f"figure -> {figure}\n" if figure else "")

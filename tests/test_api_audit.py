@@ -1,0 +1,87 @@
+"""otafl.api.audit without click: rows, verdicts, reproducibility, input errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from otafl.api.audit import audit_grid
+from otafl.api.bound import bound_grid
+from otafl.errors import OtaflInputError
+from otafl.privacy.accountants import exact_round
+from otafl.report.text import AUDIT_COLUMNS, audit_text
+
+SMALL = dict(users=[30], p=[0.5], sigma2=[0.5], clip=[1.0], snr_db=[10.0], dim=20, n0=1.0, samples=20000, seed=4)
+
+
+def test_rows_carry_each_accountants_claim_and_a_consistent_interval():
+    out = audit_grid(**SMALL, scope="both")
+    rows = out["rows"]
+    assert [(r["scope"], r["accountant"]) for r in rows] == [
+        (s, a) for s in ("central", "local") for a in ("paper", "tight", "exact")]
+    assert all(set(AUDIT_COLUMNS) <= set(r) and r["rounds"] == 1 for r in rows)
+    ref = bound_grid(users=[30], p=[0.5], sigma2=[0.5], clip=[1.0], snr_db=[10.0], dim=20, n0=1.0,
+                     accountants=["paper", "tight"])["rows"]
+    for r in rows:
+        if r["accountant"] != "exact":
+            want = next(b for b in ref if b["accountant"] == r["accountant"])
+            assert r["epsilon"] == want[f"epsilon_{r['scope']}"] and r["delta"] == want[f"delta_{r['scope']}"]
+        if math.isfinite(r["epsilon"]):
+            assert r["audit_lower"] <= r["audit_delta"] <= r["audit_upper"] or r["hits"] == 0
+            assert r["verdict"] == ("ok" if r["delta"] >= r["audit_lower"] else "below")
+    exact = [r for r in rows if r["accountant"] == "exact"]
+    c = ref[0]["alignment_gain"]
+    ex = exact_round(participation_prob=0.5, users=30, noise_var=0.5, alignment_gain=c, n0=1.0, sensitivity=2.0,
+                     delta_l=1e-5, dim=20)
+    assert exact[0]["epsilon"] == pytest.approx(float(ex.epsilon_central), rel=1e-12)
+    assert exact[0]["delta"] == 1e-5 and exact[0]["verdict"] == "ok"
+    assert out["meta"]["samples"] == 20000 and out["meta"]["adversary"] == "hidden"
+
+
+def test_seeded_and_totals_over_rounds():
+    local = dict(SMALL, delta_l=1e-2, scope="local", accountants=["tight"], rounds=3)
+    a, b = audit_grid(**local), audit_grid(**local)
+    assert a == b
+    assert [r["rounds"] for r in a["rows"]] == [1, 3]
+    one, total = a["rows"]
+    assert one["epsilon"] <= total["epsilon"] and total["delta"] >= one["delta"] and one["hits"] > 0
+    c = audit_grid(**{**local, "seed": 5})
+    assert [r["hits"] for r in c["rows"]] != [r["hits"] for r in a["rows"]]
+
+
+def test_printed_numbers_of_the_local_audit_are_pinned():
+    # otafl audit --scope local --users 50 --p 0.1,0.5 --sigma2 0.5 --n0 1 --dim 20 --delta-l 1e-2
+    #             --samples 200000 --seed 0   (the table before the api split)
+    out = audit_grid(scope="local", users=[50], p=[0.1, 0.5], sigma2=[0.5], clip=[1.0], snr_db=[10.0], n0=1.0,
+                     dim=20, delta_l=1e-2, samples=200000, seed=0)
+    got = [(r["accountant"], r["p"], *(f"{r[k]:.4g}" for k in ("epsilon", "audit_delta", "audit_lower",
+                                                                 "audit_upper")), r["verdict"]) for r in out["rows"]]
+    assert got == [
+        ("paper", 0.1, "6.042", "0.01149", "0.0112", "0.01215", "below"),
+        ("tight", 0.1, "9.136", "0.0009708", "0.0008849", "0.00117", "ok"),
+        ("exact", 0.1, "9.136", "0.0009708", "0.0008849", "0.00117", "ok"),
+        ("paper", 0.5, "7.65", "0.01858", "0.01786", "0.01905", "below"),
+        ("tight", 0.5, "9.136", "0.00499", "0.004822", "0.005453", "ok"),
+        ("exact", 0.5, "9.136", "0.00499", "0.004822", "0.005453", "ok")]
+
+
+def test_audit_text_is_one_line_per_row_and_a_footer():
+    out = audit_grid(**SMALL, accountants=["exact", "paper"])
+    lines = audit_text(out).splitlines()
+    assert lines[0].split() == list(AUDIT_COLUMNS) and len(lines) == 1 + 2 + 1
+    assert lines[-1].startswith("audit: 20000 draws, seed 4, hidden adversary, 95% Clopper-Pearson")
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"accountants": []}, "^no accountant given$"),
+    ({"accountants": ["magic"]}, "magic"),
+    ({"samples": 0}, "samples"),
+    ({"scope": "global"}, "scope"),
+    ({"adversary": "oracle"}, "adversary"),
+    ({"confidence": 1.0}, "confidence"),
+    ({"dim": 0}, "dim"),
+])
+def test_bad_input_raises_an_input_error(kw, needle):
+    with pytest.raises(OtaflInputError, match=needle):
+        audit_grid(**{**SMALL, **kw})

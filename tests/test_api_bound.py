@@ -1,0 +1,141 @@
+"""otafl.api.bound without click: the grid, the channel preset as a run sees it, the text table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from otafl.api import PAPER_DIM
+from otafl.api.bound import bound_grid, channel_gain_floor
+from otafl.errors import OtaflInputError
+from otafl.privacy.accountants import paper_round, tight_round
+from otafl.report.text import bound_text, fmt_number, render_table
+
+GRID = dict(users=[200], p=[0.1, 0.5, 0.9], sigma2=[0.1], clip=[1.0], snr_db=[10.0], n0=0.0)
+
+TWO_GROUPS = """\
+users = 12
+snr_db = [5.0, 20.0]
+group_sizes = [5, 7]
+fading = "ar-rician"
+rician_k = 2.0
+rho = 0.3
+n0 = 0.5
+large_scale_gain = [1.0, 0.4]
+"""
+
+
+def test_paper_dim_is_the_single_layer_mnist_model():
+    assert PAPER_DIM == 784 * 10 + 10 == 7850
+
+
+def test_rows_match_the_accountants_and_follow_the_grid_order():
+    out = bound_grid(**GRID, accountants=["paper", "tight"])
+    rows, meta = out["rows"], out["meta"]
+    assert len(rows) == 6 and meta["points"] == 3 and meta["accountants"] == ["paper", "tight"]
+    assert meta["dim"] == PAPER_DIM and meta["n0"] == 0.0 and meta["channel"] is None
+    p = torch.tensor(GRID["p"], dtype=torch.float64)
+    kw = dict(participation_prob=p, users=200, noise_var=0.1, sensitivity=2.0, alignment_gain=1.0, n0=0.0,
+              delta_l=1e-5)
+    for name, fn in (("paper", paper_round), ("tight", tight_round)):
+        mine = [r for r in rows if r["accountant"] == name]
+        assert [r["p"] for r in mine] == GRID["p"]
+        ref = fn(**kw)
+        assert [r["epsilon_central"] for r in mine] == pytest.approx(ref.epsilon_central.tolist(), rel=1e-12)
+        assert [r["epsilon_local"] for r in mine] == pytest.approx(ref.epsilon_local.tolist(), rel=1e-12)
+        assert [r["mean_participants"] for r in mine] == pytest.approx([200 * v for v in GRID["p"]])
+        assert all(r["defined"] and r["reason"] == "" for r in mine)
+
+
+def test_h1_alignment_gain_is_the_power_budget_formula_and_n0_defaults_to_one():
+    out = bound_grid(users=[50], p=[0.5], sigma2=[0.1, 1.0], clip=[0.5], snr_db=[0.0, 20.0], dim=100,
+                     accountants=["paper"])
+    assert out["meta"]["n0"] == 1.0 and len(out["rows"]) == 4
+    for r in out["rows"]:
+        c = math.sqrt(10 ** (r["snr_db"] / 10) * 100 * 1.0 / (0.25 + 100 * r["sigma2"]))
+        assert r["alignment_gain"] == pytest.approx(c, rel=1e-12)
+        assert r["channel_noise_var"] == pytest.approx(1.0 / c**2, rel=1e-12)
+
+
+def test_rounds_add_totals_and_undefined_points_are_inf_with_a_reason():
+    out = bound_grid(users=[200], p=[0.02, 0.5], sigma2=[0.1], clip=[1.0], snr_db=[10.0], rounds=20,
+                     accountants=["tight"])
+    bad, good = out["rows"]
+    assert bad["epsilon_central"] == math.inf and bad["defined"] is False and "delta'" in bad["reason"]
+    assert good["rounds"] == 20 and good["composition"] in ("basic", "advanced", "rdp")
+    assert good["epsilon_central"] <= good["epsilon_central_total"] <= 20 * good["epsilon_central"]
+
+
+@pytest.mark.parametrize("names", [[], ()])
+def test_no_accountant_is_an_input_error(names):
+    with pytest.raises(OtaflInputError, match="^no accountant given$"):
+        bound_grid(**GRID, accountants=names)
+
+
+def test_unknown_accountant_and_channel_with_users_are_input_errors():
+    with pytest.raises(OtaflInputError, match="magic"):
+        bound_grid(**GRID, accountants=["magic"])
+    with pytest.raises(OtaflInputError, match="channel preset"):
+        bound_grid(**GRID, accountants=["paper"], channel="paper-three-groups")
+
+
+def test_channel_gain_floor_is_the_run_channel_plan(tmp_path):
+    from otafl.config import spec_from_mapping
+    from otafl.setup import build_channel
+
+    preset = tmp_path / "two.toml"
+    preset.write_text(TWO_GROUPS)
+    floor, info = channel_gain_floor(str(preset), rounds=6, dim=300, seed=7)
+    spec = spec_from_mapping({"channel": {"preset": str(preset)}, "train": {"rounds": 6, "seed": 7}})
+    plan = build_channel(spec, dim=300)
+    assert floor.shape == (6,) and torch.equal(floor, plan.gain_floor)
+    assert info["users"] == 12 and info["group_sizes"] == [5, 7] and info["large_scale_gain"] == [1.0, 0.4]
+    assert info["path"] == str(preset) and info["n0"] == 0.5
+    # n0 overrides the preset's N0 (and so the budgets P = SNR d N0: B scales with sqrt(N0))
+    floor2, info2 = channel_gain_floor(str(preset), rounds=6, dim=300, seed=7, n0=2.0)
+    assert info2["n0"] == 2.0 and floor2 == pytest.approx(floor * 2.0, rel=1e-12)
+
+
+def test_bound_channel_sees_the_gains_of_a_run_of_the_same_spec_and_seed(tmp_path):
+    from otafl.config import spec_from_mapping
+    from otafl.fl.loop import run_experiment
+
+    preset = tmp_path / "two.toml"
+    preset.write_text(TWO_GROUPS)
+    sigma2, clip, rounds, seed = 0.2, 1.5, 5, 3
+    spec = spec_from_mapping({"channel": {"preset": str(preset)}, "data": {"name": "synthetic"},
+                              "train": {"rounds": rounds, "seed": seed},
+                              "transmit": {"sigma2": sigma2, "clip": clip}})
+    run = run_experiment(spec, train=False, device="cpu")
+    c_run = [r["alignment_gain"] for r in run.rounds]
+    dim = run.summary["dim"]
+    assert len(c_run) == rounds and dim != PAPER_DIM
+
+    out = bound_grid(channel=str(preset), users=[], snr_db=[], p=[0.5], sigma2=[sigma2], clip=[clip],
+                     rounds=rounds, seed=seed, dim=dim, accountants=["paper", "tight"])
+    assert {r["users"] for r in out["rows"]} == {12} and out["meta"]["n0"] == 0.5
+    for row in out["rows"]:
+        assert row["alignment_gain"] == pytest.approx(sum(c_run) / rounds, rel=1e-12, abs=0)
+        assert row["channel_noise_var"] == pytest.approx(sum(0.5 / c**2 for c in c_run) / rounds, rel=1e-12)
+    floor, _ = channel_gain_floor(str(preset), rounds=rounds, dim=dim, seed=seed)
+    per_round = (floor / math.sqrt(clip**2 + dim * sigma2)).tolist()
+    assert per_round == pytest.approx(c_run, rel=1e-12, abs=0)
+
+
+def test_fmt_number_and_render_table():
+    assert [fmt_number(v) for v in (1171.3, 0.000123456, math.inf, -math.inf, math.nan, 3, None, True, "x")] == \
+        ["1171", "0.0001235", "inf", "-inf", "nan", "3", "-", "yes", "x"]
+    text = render_table(["a", "bb"], [[1.0, "x!"], [10, None]])
+    assert text == " a  bb\n 1  x!\n10   -\n"
+
+
+def test_bound_text_puts_the_accountants_side_by_side_with_the_legend():
+    out = bound_grid(**GRID, accountants=["paper", "tight"], rounds=3)
+    lines = bound_text(out).splitlines()
+    assert lines[0].split() == ["users", "p", "sigma2", "clip", "snr_db", "mu", "paper:eps_local",
+                                "paper:eps_central", "paper:eps_central_total", "tight:eps_local",
+                                "tight:eps_central", "tight:eps_central_total"]
+    assert lines[2].split()[7] == fmt_number(out["rows"][1]["epsilon_central"]) + "!"
+    assert any(line.startswith("! paper's classic Gaussian step") for line in lines)

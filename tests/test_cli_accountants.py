@@ -1,0 +1,42 @@
+"""``otafl plot-accountants`` through click's CliRunner (the accountants figure)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from otafl.cli.main import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["plot-accountants", *args])
+
+
+def test_writes_the_figure_and_prints_the_papers_preset(tmp_path):
+    out = tmp_path / "acc.png"
+    res = run("--out", str(out), "--p", "0.1,0.5,0.9")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].split() == ["p", "paper:eps_central", "tight:eps_central", "exact:eps_central"]
+    assert [line.split() for line in lines[1:4]] == [["0.1", "1171", "6.252", "0.8856"],
+                                                     ["0.5", "3.128", "2.523", "1.194"],
+                                                     ["0.9", "2.447", "1.903", "1.639"]]
+    assert lines[4] == f"figure -> {out}"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_and_csv(tmp_path):
+    res = run("--out", str(tmp_path / "a.svg"), "--p", "0.5", "--users", "50", "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["users"] == 50 and out["p"] == [0.5] and out["figure"].endswith("a.svg")
+    res = run("--out", str(tmp_path / "a.png"), "--p", "0.5,1", "--format", "csv")
+    lines = res.output.splitlines()
+    assert lines[0] == "p,accountant,epsilon_central,delta_central" and len(lines) == 1 + 3 * 2
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    res = run("--out", str(tmp_path / "a.png"), "--p", "0.5,1.5")
+    assert res.exit_code == 2 and res.stderr.startswith("error:") and res.stderr.count("\n") == 1
+    assert "p = 1.5" in res.stderr and not (tmp_path / "a.png").exists()
