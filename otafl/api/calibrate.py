@@ -292,7 +292,7 @@ def _resolve_range(knob: Knob, spec: Spec, value_range: Sequence[float] | None) 
 
 def _check_inputs(spec: Spec, knob: str, target_epsilon: float, target_delta: float | None,
                   accountant: str | None, scope: str, grid_points: int, tol: float) -> tuple[Knob, str]:
-    from otafl.privacy.accountants import get_accountant
+    from otafl.api.defaults import check_accountants
 
     if knob not in KNOBS:
         raise OtaflInputError(f"knob = {knob!r} is outside the allowed range {{{', '.join(KNOBS)}}}")
@@ -304,7 +304,7 @@ def _check_inputs(spec: Spec, knob: str, target_epsilon: float, target_delta: fl
         if not spec.privacy.accountants:
             raise OtaflInputError("accountant = None: the spec lists no privacy.accountants; name one")
         accountant = spec.privacy.accountants[0]
-    get_accountant(accountant)
+    check_accountants([accountant])
     if scope not in SCOPES:
         raise OtaflInputError(f"scope = {scope!r} is outside the allowed range {{{', '.join(SCOPES)}}}")
     if isinstance(grid_points, bool) or int(grid_points) != grid_points:

@@ -11,9 +11,9 @@ import json
 import click
 
 from otafl.api.calibrate import KNOBS, SCOPES, calibrate as calibrate_spec, calibration_header, write_spec
+from otafl.api.defaults import accountant_names
 from otafl.cli.options import parse_list
 from otafl.errors import OtaflInputError
-from otafl.privacy.accountants import ACCOUNTANTS
 
 
 def _knob_help() -> str:
@@ -34,7 +34,7 @@ def _g(v) -> str:
 @click.option("--target-delta", "target_delta", type=float, default=None,
               help="Total delta at which the totals are composed [default: the run's own total delta, "
                    "as `otafl run` reports it: sum of the per-round deltas + privacy.delta_l].")
-@click.option("--accountant", type=click.Choice(sorted(ACCOUNTANTS)), default=None,
+@click.option("--accountant", type=click.Choice(accountant_names()), default=None,
               help="Accountant [default: the spec's first privacy.accountants entry].")
 @click.option("--scope", type=click.Choice(SCOPES), default="central", show_default=True,
               help="Central DP, or local DP of the worst user.")
