@@ -13,6 +13,8 @@ bound is undefined), ready for :func:`otafl.results.jsonable`:
   central epsilon vs K for a fixed p and for p = a K^{-1/2}, with log-log slopes.
 * :func:`otafl.api.curves.accountant_curves` -- per-round central epsilon vs p of
   ``paper``, ``tight`` and ``exact`` (the accountants figure).
+* :func:`otafl.api.calibrate.calibrate` -- the value of one spec knob that meets a total
+  (epsilon, delta) target over the run, from bounds-only runs; every solution interval.
 
 Submodules are imported on first use: ``from otafl.api import bound_grid`` works.
 """
@@ -24,10 +26,12 @@ import importlib
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, accountant_names
 
 __all__ = ["PAPER_DIM", "JSON_NON_FINITE", "accountant_names", "bound_grid", "channel_gain_floor", "audit_grid",
-           "scaling_grid", "scaling_curves", "fit_loglog_slope", "accountant_curves"]
+           "scaling_grid", "scaling_curves", "fit_loglog_slope", "accountant_curves",
+           "calibrate"]
 
 _LAZY = {"bound_grid": "bound", "channel_gain_floor": "bound", "audit_grid": "audit", "scaling_grid": "scaling",
-         "scaling_curves": "scaling", "fit_loglog_slope": "scaling", "accountant_curves": "curves"}
+         "scaling_curves": "scaling", "fit_loglog_slope": "scaling", "accountant_curves": "curves",
+         "calibrate": "calibrate"}
 
 
 def __getattr__(name: str):

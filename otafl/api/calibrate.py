@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -242,38 +241,12 @@ def make_grid(lo: float, hi: float, points: int, *, log: bool, integer: bool) ->
     return [float(v) for v in grid]
 
 
-_ACCOUNT_RUN_LOCK = threading.Lock()
-
-
 def bounds_only_summary(spec: Spec, *, delta_target: float | None = None) -> dict:
     """The summary of ``run_experiment(spec, train=False)``; with ``delta_target``, its
-    totals are composed at that total delta instead of the run's default.
+    totals are composed at that total delta instead of the run's default."""
+    from otafl.fl.loop import run_experiment
 
-    ``run_experiment`` has no ``delta_target`` argument (yet), so for that case its call to
-    ``account_run`` is wrapped for the duration of the run (under a lock); the wrapper
-    checks that it was used, so a change in the loop fails loudly instead of silently
-    answering at the wrong delta.
-    """
-    from otafl.fl import loop
-
-    if delta_target is None:
-        return loop.run_experiment(spec, train=False).summary
-    with _ACCOUNT_RUN_LOCK:
-        original, calls = loop.account_run, []
-
-        def at_delta_target(*args, **kwargs):
-            calls.append(1)
-            return original(*args, **{**kwargs, "delta_target": delta_target})
-
-        loop.account_run = at_delta_target
-        try:
-            summary = loop.run_experiment(spec, train=False).summary
-        finally:
-            loop.account_run = original
-    if not calls:
-        raise RuntimeError("run_experiment no longer calls otafl.fl.loop.account_run; "
-                           "bounds_only_summary cannot set the total delta")
-    return summary
+    return run_experiment(spec, train=False, delta_target=delta_target).summary
 
 
 def _resolve_range(knob: Knob, spec: Spec, value_range: Sequence[float] | None) -> tuple[float, float]:

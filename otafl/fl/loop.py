@@ -48,13 +48,16 @@ def evaluate(model: torch.nn.Module, x: Tensor, y: Tensor, batch: int = 4096) ->
 
 
 def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
-                   on_round: Callable[[dict], None] | None = None) -> RunResult:
+                   on_round: Callable[[dict], None] | None = None,
+                   delta_target: float | None = None) -> RunResult:
     """Train FedSGD over the simulated channel described by ``spec``.
 
     ``train=False`` draws the same channel, coins and alignment gains but computes no
     gradients and leaves the model untouched: the privacy accounting of the run, fast
     (sweeps with ``train = false``). Accuracy and loss are then NaN.
     ``on_round`` is called with each round's record (progress bars, live logs).
+    ``delta_target`` fixes the total delta of the composed totals (default: each
+    accountant's own, see :func:`otafl.privacy.accountants.account_run`).
     Returns the run summary (JSON-able) and one record per round.
     """
     t0 = time.perf_counter()
@@ -139,7 +142,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             on_round(rec)
 
     privacy = account_run(facts, accountants=spec.privacy.accountants, delta_l=spec.privacy.delta_l,
-                          delta_prime=spec.privacy.delta_prime)
+                          delta_prime=spec.privacy.delta_prime, delta_target=delta_target)
     for t, rec in enumerate(records):
         rec.update(privacy.round_fields(t))
     summary = {
