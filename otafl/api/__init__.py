@@ -26,12 +26,10 @@ import importlib
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, accountant_names
 
 __all__ = ["PAPER_DIM", "JSON_NON_FINITE", "accountant_names", "bound_grid", "channel_gain_floor", "audit_grid",
-           "scaling_grid", "scaling_curves", "fit_loglog_slope", "accountant_curves",
-           "calibrate"]
+           "scaling_grid", "scaling_curves", "fit_loglog_slope", "accountant_curves"]
 
 _LAZY = {"bound_grid": "bound", "channel_gain_floor": "bound", "audit_grid": "audit", "scaling_grid": "scaling",
-         "scaling_curves": "scaling", "fit_loglog_slope": "scaling", "accountant_curves": "curves",
-         "calibrate": "calibrate"}
+         "scaling_curves": "scaling", "fit_loglog_slope": "scaling", "accountant_curves": "curves"}
 
 
 def __getattr__(name: str):
