@@ -34,10 +34,13 @@ def run(spec, overrides, out_dir, seed, device, quiet):
     cfg = load_spec(spec, overrides)
     if out_dir is None:
         out_dir = os.path.join("runs", Path(spec).stem if spec else "default")
-    bar = tqdm(total=cfg.train.rounds, desc="rounds", unit="round", disable=quiet, leave=False,
-               dynamic_ncols=True)
+    bars = []  # made at the first round, so that an error while loading data prints one line
 
     def on_round(rec: dict) -> None:
+        if not bars:
+            bars.append(tqdm(total=cfg.train.rounds, desc="rounds", unit="round", disable=quiet, leave=False,
+                             dynamic_ncols=True))
+        bar = bars[0]
         bar.update(1)
         if rec["test_accuracy"] == rec["test_accuracy"]:  # evaluated this round
             bar.set_postfix(acc=f"{rec['test_accuracy']:.3f}", K_t=rec["participants"])
@@ -45,7 +48,8 @@ def run(spec, overrides, out_dir, seed, device, quiet):
     try:
         result = run_experiment(cfg, device=device, on_round=on_round)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     write_run(out_dir, result.summary, result.rounds)
     s = result.summary
     click.echo(f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
