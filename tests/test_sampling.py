@@ -143,4 +143,11 @@ def test_unknown_scheme_name_lists_the_known_ones():
         make_sampling("round-robin", p=0.5)
     assert "round-robin" in str(err.value)
     assert all(name in str(err.value) for name in SAMPLING_SCHEMES)
-    assert set(SCHEDULES) == {"constant", "linear", "exponential", "cosine", "list"}
+
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_every_registered_schedule_gives_probabilities_in_range_for_every_round(schedule):
+    scheme = make_sampling("time-varying", schedule=schedule, p_start=0.9, p_end=0.2, values=(0.3, 0.7))
+    p = scheme.probabilities(torch.ones(7, 4, dtype=torch.float64))
+    assert p.shape == (7, 4) and bool(((p > 0) & (p <= 1)).all())
