@@ -61,7 +61,7 @@ from otafl.fl.grads import (
     supports_ghost,
     user_gradients,
 )
-from otafl.device import resolve_device
+from otafl.device import DEVICES, resolve_device
 from otafl.fl.optim import bind_flat_grad, make_optimizer
 from otafl.fl.round import AGGREGATORS
 from otafl.setup import build_run
@@ -265,7 +265,7 @@ def peak_rss_mib(rounds: int = 20, device: str = "cpu") -> float:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--device", choices=DEVICES, default="auto")
     parser.add_argument("--repeats", type=int, default=7, help="repeats, each on a new minibatch [7]")
     parser.add_argument("--inner", type=int, default=5,
                         help="timings per repeat of the cheap methods round, vmap, floor [5]")

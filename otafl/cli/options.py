@@ -24,6 +24,7 @@ import click
 
 from otafl.api.defaults import accountant_names
 from otafl.errors import OtaflInputError
+from otafl.device import DEVICES
 
 
 def parse_list(name: str, text: str | Sequence, cast=float) -> list:
@@ -115,7 +116,7 @@ output_options = _stack(
     click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
                  show_default=True, help='Output: an aligned text table, CSV rows, or JSON {"rows", "meta"} '
                                          '(non-finite numbers as the strings "inf", "-inf", "nan").'),
-    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
                  help="Where to compute: auto = cuda if available, else cpu."),
 )
 """``--format table|csv|json`` and ``--device auto|cpu|cuda``."""
