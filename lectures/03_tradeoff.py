@@ -69,7 +69,8 @@ def intro(mo):
 @app.cell
 def controls(mo):
     p_values = mo.ui.multiselect(options=["0.1", "0.2", "0.3", "0.5", "0.7", "1.0"],
-                                 value=["0.1", "0.3", "0.5", "1.0"], label="participation p (one run each)")
+                                 value=["0.1", "0.3", "0.5", "1.0"], max_selections=4,
+                                 label="participation p (one run each, up to 4)")
     rounds = mo.ui.slider(30, 60, step=10, value=40, label="rounds T", show_value=True)
     sigma2 = mo.ui.slider(steps=[0.01, 0.1, 1.0], value=0.1, label="sigma^2", show_value=True)
     clip = mo.ui.slider(steps=[0.1, 0.3, 1.0], value=1.0, label="clip L", show_value=True)
