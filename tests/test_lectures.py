@@ -18,6 +18,9 @@ import pytest
 
 pytest.importorskip("marimo", reason="marimo is not installed: the lecture kit needs pip install -e '.[lectures]'")
 
+# About 20 CPU-seconds: CI runs them in its -m slow pass (.ci/run).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 LECTURES = ROOT / "lectures"
 
