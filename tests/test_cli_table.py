@@ -49,7 +49,8 @@ def test_markdown_default_columns_first_accountant_and_one_row_per_configuration
     assert [r[:3] for r in body] == [["uniform", "p = 0.2", "3"], ["uniform", "p = 0.5", "3"],
                                      ["uniform", "p = 0.8", "3"], ["channel-aware", "h_th = 2", "3"]]
     assert all(r[3] == "82.0 ± 2.0" for r in body)
-    assert body[1][head.index("paper ε_c per round")] == "4" and body[1][head.index("paper ε_c total (T = 5, rdp)")] == "20"
+    assert body[1][head.index("paper ε_c per round")] == "4"
+    assert body[1][head.index("paper ε_c total (T = 5, rdp)")] == "20"
     assert body[3][-1] == "2.5"
     assert "mean ± std over 3 seeds" in res.stdout and "tight ε" not in res.stdout
 
@@ -60,7 +61,8 @@ def test_default_accountant_is_exact_when_the_runs_carry_it(with_exact):
 
 
 def test_accountant_option_picks_and_orders_accountants(with_exact):
-    head, _, *body = md_rows(table(with_exact, "--accountant", "tight,paper", "--columns", "setting,eps_central_round").stdout)
+    res = table(with_exact, "--accountant", "tight,paper", "--columns", "setting,eps_central_round")
+    head, _, *body = md_rows(res.stdout)
     assert head == ["p / h_th", "tight ε_c per round", "paper ε_c per round"]
     assert body[0] == ["p = 0.2", "5", "10 !"]
     head = md_rows(table(with_exact, "--accountant", "all", "--columns", "eps_central_total").stdout)[0]
@@ -139,8 +141,8 @@ def test_no_flag_and_no_note_for_an_accountant_that_is_always_valid(results):
 
 
 def test_list_valued_and_numeric_axes_sort_as_numbers(tmp_path):
-    db = fake_store(tmp_path / "r.sqlite", {"sampling.p": [0.5], "channel.snr_db": [[10.0, 20.0, 40.0], [2.0, 10.0, 30.0],
-                                                                                     [2.0, 10.0, 4.0]],
+    snrs = [[10.0, 20.0, 40.0], [2.0, 10.0, 30.0], [2.0, 10.0, 4.0]]
+    db = fake_store(tmp_path / "r.sqlite", {"sampling.p": [0.5], "channel.snr_db": snrs,
                                             "transmit.sigma2": [0.5, 10.0, 2.0]}, seeds=(0,))
     head, _, *body = md_rows(table(db).stdout)
     assert head[2:4] == ["channel.snr_db", "transmit.sigma2"]
@@ -225,3 +227,16 @@ def test_table_of_a_real_sweep(tmp_path):
         assert all(c.removesuffix(" !") == "∞" or float(c.removesuffix(" !")) >= 0 for c in r[4:-1])
     flags = csv_rows(table(db, "--format", "csv", "--accountant", "paper").stdout)
     assert {r["paper_classic_valid"] for r in flags} <= {"true", "false"}
+
+
+def test_an_older_results_file_without_flags_or_local_composition(tmp_path):
+    def old(spec, accs):
+        from fakestore import default_summary
+        out = default_summary(spec, accs)
+        return {k: v for k, v in out.items() if not k.endswith(("_classic_valid", "_composition_local"))}
+
+    db = fake_store(tmp_path / "r.sqlite", {"sampling.p": [0.2, 0.9]}, seeds=(0,), summary=old)
+    head, _, *body = md_rows(table(db).stdout)
+    assert "paper ε_l total (T = 5)" in head and "paper ε_c total (T = 5, rdp)" in head
+    assert not any("!" in c for r in body for c in r)
+    assert {r["paper_classic_valid"] for r in csv_rows(table(db, "--format", "csv").stdout)} == {""}

@@ -56,7 +56,10 @@ def latex_problems(text: str) -> list[str]:
                     problems.append(f"\\end{{{m.group(2)}}} does not match the open environment")
                 i += m.end()
                 continue
-            i += 2 if i + 1 < len(body) and not body[i + 1].isalpha() else len(re.match(r"\\[A-Za-z]*", body[i:]).group())
+            if i + 1 < len(body) and not body[i + 1].isalpha():
+                i += 2  # an escaped character: \_ \% \\ ...
+            else:
+                i += len(re.match(r"\\[A-Za-z]*", body[i:]).group())
             continue
         if ch == "{":
             depth += 1
@@ -87,8 +90,8 @@ def latex_problems(text: str) -> list[str]:
     for seg in re.findall(r"(?<!\\)\$(.*?)(?<!\\)\$", body):
         if re.search(r"\^(\{[^{}]*\}|\\?\w+)\s*\^", seg):
             problems.append(f"double superscript in ${seg}$")
-    for spec, content in re.findall(r"\\begin\{tabular\}\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}(.*?)\\end\{tabular\}(?=[ \t]*(?:\n|$))",
-                                    body, flags=re.S):
+    outer = r"\\begin\{tabular\}\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}(.*?)\\end\{tabular\}(?=[ \t]*(?:\n|$))"
+    for spec, content in re.findall(outer, body, flags=re.S):
         ncols = _tabular_columns(spec)
         flat = re.sub(r"\\begin\{tabular\}\[b\].*?\\end\{tabular\}", "X", content, flags=re.S)
         for row in flat.split("\\\\"):
@@ -122,7 +125,8 @@ def _summary(spec, accs):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("latex")
-    return fake_store(tmp / "r.sqlite", {"sampling.p": [0.2, 0.8], "channel.snr_db": [[2.0, 10.0, 30.0], [10.0, 20.0, 40.0]]},
+    snrs = [[2.0, 10.0, 30.0], [10.0, 20.0, 40.0]]
+    return fake_store(tmp / "r.sqlite", {"sampling.p": [0.2, 0.8], "channel.snr_db": snrs},
                       points=[{"sampling.scheme": "channel-aware", "sampling.h_th": 2.0},
                               {"sampling.scheme": "time-varying", "sampling.schedule": "linear",
                                "sampling.p_start": 0.9, "sampling.p_end": 0.3}],

@@ -25,8 +25,9 @@ when the runs carry its fields, else the first accountant present. Rows are orde
 scheme (uniform, time-varying, channel-aware), then knob, then the other grouping values,
 compared as numbers (lists element by element), never as text.
 
-``tradeoff_table`` computes the rows; :func:`otafl.report.table_format.render_table`
-writes plain text, Markdown, LaTeX or CSV.
+``tradeoff_table`` computes the rows; :mod:`otafl.report.table_format` picks the columns
+(:func:`~otafl.report.table_format.resolve_columns`) and writes plain text, Markdown,
+LaTeX or CSV (:func:`render_table`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from otafl.sweep.store import StoredRun
 
 __all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "METRICS", "PER_ACCOUNTANT", "RunGroup",
            "TableRow", "TradeoffTable", "accountants_of", "choose_accountants", "default_accountants", "flat_params",
-           "group_runs", "render_table", "resolve_columns", "setting_label", "sort_key", "tradeoff_table",
+           "group_runs", "render_table", "setting_label", "sort_key", "tradeoff_table",
            "validity_of", "varying_keys"]
 
 FORMATS = ("md", "text", "latex", "csv")
@@ -371,44 +372,6 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
     rounds = sorted({int(r.summary["rounds"]) for r in runs if "rounds" in r.summary})
     return TradeoffTable(rows=rows, group_keys=keys, accountants=chosen, compositions=compositions,
                          rounds=rounds, available=accountants_of(runs))
-
-
-def resolve_columns(table: TradeoffTable, columns: str | Sequence[str] | None, fmt: str = "md") -> list[tuple]:
-    """The table's columns in order: ``("row", name)`` and ``("acc", accountant, name)`` entries.
-
-    ``columns``: names from :data:`COLUMNS` or a grouping key's own name, as a list or a
-    comma-separated string; None: :data:`DEFAULT_COLUMNS` (:data:`CSV_DEFAULT_COLUMNS` for
-    CSV). ``group`` expands to every grouping key. The per-accountant columns form one
-    block per accountant (in the order chosen), placed where the first of them is listed.
-    """
-    if columns is None:
-        names = list(CSV_DEFAULT_COLUMNS if fmt == "csv" else DEFAULT_COLUMNS)
-    else:
-        names = [c.strip() for item in ([columns] if isinstance(columns, str) else columns)
-                 for c in item.split(",") if c.strip()]
-        if not names:
-            raise OtaflInputError("--columns names no column; choices: " + ", ".join(COLUMNS))
-    expanded: list[str] = []
-    for n in names:
-        if n == "group":
-            expanded += table.group_keys
-        elif n in COLUMNS or n in table.group_keys:
-            expanded.append(n)
-        else:
-            extra = f"; grouping keys: {', '.join(table.group_keys)}" if table.group_keys else ""
-            raise OtaflInputError(f"--columns {n!r} is not a column; choices: {', '.join(COLUMNS)}{extra}")
-    seen: list[str] = []
-    for n in expanded:
-        if n not in seen:
-            seen.append(n)
-    out: list[tuple] = []
-    per_acc = [n for n in seen if n in PER_ACCOUNTANT]
-    for n in seen:
-        if n not in PER_ACCOUNTANT:
-            out.append(("row", n))
-        elif n == per_acc[0]:
-            out += [("acc", a, m) for a in table.accountants for m in per_acc]
-    return out
 
 
 def render_table(table: TradeoffTable, fmt: str = "md", **kwargs) -> str:

@@ -1,6 +1,6 @@
 """Writers of a :class:`~otafl.report.table.TradeoffTable`: plain text, Markdown, LaTeX, CSV.
 
-Every format shows the same columns (:func:`~otafl.report.table.resolve_columns`) and the
+Every format shows the same columns (:func:`resolve_columns`) and the
 same facts:
 
 - per-round vs total leakage in the header: ``exact ε_c per round`` (the worst round)
@@ -26,10 +26,10 @@ import textwrap
 from typing import Any, Sequence
 
 from otafl.errors import OtaflInputError
-from otafl.report.table import (FORMATS, PER_ACCOUNTANT, TableRow, TradeoffTable, fmt_value,
-                                resolve_columns)
+from otafl.report.table import (COLUMNS, CSV_DEFAULT_COLUMNS, DEFAULT_COLUMNS, FORMATS, PER_ACCOUNTANT, TableRow,
+                                TradeoffTable, fmt_value)
 
-__all__ = ["latex_escape", "render_table", "tex_number"]
+__all__ = ["latex_escape", "render_table", "resolve_columns", "tex_number"]
 
 _LEFT = {"scheme", "setting", "composition", "valid"}  # left-aligned; grouping keys too
 _SYM = {
@@ -64,6 +64,44 @@ def tex_number(x: float, digits: int = 3) -> str:
         return s
     mant, exp = s.split("e")
     return rf"{mant} \times 10^{{{int(exp)}}}"
+
+
+def resolve_columns(table: TradeoffTable, columns: str | Sequence[str] | None, fmt: str = "md") -> list[tuple]:
+    """The table's columns in order: ``("row", name)`` and ``("acc", accountant, name)`` entries.
+
+    ``columns``: names from :data:`COLUMNS` or a grouping key's own name, as a list or a
+    comma-separated string; None: :data:`DEFAULT_COLUMNS` (:data:`CSV_DEFAULT_COLUMNS` for
+    CSV). ``group`` expands to every grouping key. The per-accountant columns form one
+    block per accountant (in the order chosen), placed where the first of them is listed.
+    """
+    if columns is None:
+        names = list(CSV_DEFAULT_COLUMNS if fmt == "csv" else DEFAULT_COLUMNS)
+    else:
+        names = [c.strip() for item in ([columns] if isinstance(columns, str) else columns)
+                 for c in item.split(",") if c.strip()]
+        if not names:
+            raise OtaflInputError("--columns names no column; choices: " + ", ".join(COLUMNS))
+    expanded: list[str] = []
+    for n in names:
+        if n == "group":
+            expanded += table.group_keys
+        elif n in COLUMNS or n in table.group_keys:
+            expanded.append(n)
+        else:
+            extra = f"; grouping keys: {', '.join(table.group_keys)}" if table.group_keys else ""
+            raise OtaflInputError(f"--columns {n!r} is not a column; choices: {', '.join(COLUMNS)}{extra}")
+    seen: list[str] = []
+    for n in expanded:
+        if n not in seen:
+            seen.append(n)
+    out: list[tuple] = []
+    per_acc = [n for n in seen if n in PER_ACCOUNTANT]
+    for n in seen:
+        if n not in PER_ACCOUNTANT:
+            out.append(("row", n))
+        elif n == per_acc[0]:
+            out += [("acc", a, m) for a in table.accountants for m in per_acc]
+    return out
 
 
 def _num(x: float, fmt: str, flag: bool = False) -> str:
@@ -164,14 +202,15 @@ def _header(table: TradeoffTable, col: tuple, fmt: str, with_acc: bool) -> str:
     sym = {"eps": s["eps_l"] if side == "local" else s["eps_c"],
            "delta": s["delta_l"] if side == "local" else s["delta_c"]}
     T = f"$T = {_rounds(table)}$" if tex else f"T = {_rounds(table)}"
-    comp = "/".join(table.compositions.get(acc, {}).get(side, [])) or "n/a"
+    comp = "/".join(table.compositions.get(acc, {}).get(side, []))
+    T += f", {comp}" if comp else ""  # old results files may not name the composition
     text = {"composition": "composition", "valid": "valid"}.get(name)
     if text is None:
         kind = "eps" if name.startswith("eps_") else "delta"
         if tex:  # two lines (a nested tabular: plain LaTeX) keep the columns narrow
-            second = "per round" if name.endswith("_round") else f"total\\\\({T}, {comp})"
+            second = "per round" if name.endswith("_round") else f"total\\\\({T})"
             return rf"\begin{{tabular}}[b]{{@{{}}c@{{}}}}{sym[kind]}\\{second}\end{{tabular}}"
-        text = f"{sym[kind]} per round" if name.endswith("_round") else f"{sym[kind]} total ({T}, {comp})"
+        text = f"{sym[kind]} per round" if name.endswith("_round") else f"{sym[kind]} total ({T})"
     return f"{acc} {text}" if with_acc else text
 
 
@@ -305,7 +344,7 @@ def render_table(table: TradeoffTable, fmt: str = "md", *, columns: str | Sequen
     """Render as ``md`` (GitHub pipe table), ``text`` (aligned columns), ``latex`` (a
     ``table`` float with a booktabs tabular, caption and note) or ``csv`` (numbers).
 
-    ``columns``: see :func:`~otafl.report.table.resolve_columns`. ``caption``: LaTeX text
+    ``columns``: see :func:`resolve_columns`. ``caption``: LaTeX text
     of the ``\\caption`` (default: generated; in md / text a given caption is the first
     line). ``label``: a ``\\label`` for LaTeX.
     """
