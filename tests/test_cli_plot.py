@@ -63,7 +63,7 @@ def test_every_axis_is_labelled_and_the_figure_has_a_legend(results, kind):
     for ax in fig.axes:
         spec = ax.get_subplotspec()
         assert ax.get_ylabel() or not spec.is_first_col()  # panels side by side share the y label
-        assert ax.get_xlabel() or not spec.is_last_row()
+        assert ax.get_xlabel() or not spec.is_last_row() or fig._supxlabel is not None
     assert fig.legends or all(ax.get_legend() is not None for ax in fig.axes if ax.get_subplotspec().is_last_col())
     assert all(t.get_fontsize() >= 12 for ax in fig.axes for t in [ax.xaxis.label, ax.yaxis.label])
 

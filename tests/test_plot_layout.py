@@ -106,13 +106,23 @@ def test_point_labels_neither_collide_nor_leave_the_axes(crowded):
 
 
 @pytest.mark.parametrize("kind", ["accuracy", "privacy", "tradeoff", "channel"])
+def test_axis_labels_and_titles_do_not_collide(two_axes, kind):
+    fig = figure(two_axes, kind, **({"accountant": "all"} if kind == "tradeoff" else {}))  # a long x label
+    renderer = renderer_of(fig)
+    texts = [t for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label, ax.title) if t.get_text()]
+    texts += [t for t in (fig._suptitle, fig._supxlabel) if t is not None]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+@pytest.mark.parametrize("kind", ["accuracy", "privacy", "tradeoff", "channel"])
 def test_no_text_is_clipped_by_the_figure(two_axes, kind):
     fig = figure(two_axes, kind)
     renderer = renderer_of(fig)
     boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]  # ticks, tick labels, axis labels, title
     boxes += [t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts]  # point labels
     boxes += [leg.get_window_extent(renderer) for leg in fig.legends]
-    boxes += [fig._suptitle.get_window_extent(renderer)]
+    boxes += [t.get_window_extent(renderer) for t in (fig._suptitle, fig._supxlabel) if t is not None]
     assert all(_inside(b, fig.bbox, tol=2.0) for b in boxes)
 
 
@@ -123,11 +133,15 @@ def test_seeds_wording(two_axes, crowded):
     assert "mean over 2 seeds" in figure(two_axes, "privacy")._suptitle.get_text()
 
 
+def xlabel(fig):
+    """The x label: the figure's shared one under several panels, else the panel's."""
+    return fig._supxlabel.get_text() if fig._supxlabel is not None else fig.axes[0].get_xlabel()
+
+
 def test_axes_say_per_round_or_total_and_name_the_default_accountant(two_axes, crowded):
-    x = figure(two_axes, "tradeoff").axes[0].get_xlabel()
-    assert "per round (worst round; exact)" in x  # exact present: the default
-    assert "per round (worst round; paper)" in figure(crowded, "tradeoff").axes[0].get_xlabel()  # first present
-    x = figure(two_axes, "tradeoff", epsilon="total", accountant="tight").axes[0].get_xlabel()
+    assert "per round (worst round; exact)" in xlabel(figure(two_axes, "tradeoff"))  # exact present: the default
+    assert "per round (worst round; paper)" in xlabel(figure(crowded, "tradeoff"))  # else the first present
+    x = xlabel(figure(two_axes, "tradeoff", epsilon="total", accountant="tight"))
     assert "total over T = 5 rounds (tight)" in x
     fig = figure(two_axes, "privacy", epsilon="total")
     assert "central ε total over T = 5 rounds" in fig.axes[0].get_ylabel()

@@ -230,6 +230,13 @@ def placed_boxes(anns: Sequence, renderer) -> list[Bbox]:
     return [Text.get_window_extent(a, renderer) for a in anns]
 
 
+def _areas(box, arr: np.ndarray) -> np.ndarray:
+    """Overlap areas of one box (x0, y0, x1, y1) with each row of ``arr`` [N, 4]."""
+    w = np.minimum(box[2], arr[:, 2]) - np.maximum(box[0], arr[:, 0])
+    h = np.minimum(box[3], arr[:, 3]) - np.maximum(box[1], arr[:, 1])
+    return np.clip(w, 0.0, None) * np.clip(h, 0.0, None)
+
+
 def _overlap(a: Bbox, b: Bbox) -> float:
     w = min(a.x1, b.x1) - max(a.x0, b.x0)
     h = min(a.y1, b.y1) - max(a.y0, b.y0)
@@ -285,7 +292,7 @@ def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: 
     renderer = renderer_of(ax.figure)
     ax_box = ax.get_window_extent(renderer)
     r = 5.0 * ax.figure.dpi / 72.0  # a marker's half size in pixels
-    obstacles = _obstacles(ax, renderer, r)
+    obstacles = np.array([b.extents for b in _obstacles(ax, renderer, r)]).reshape(-1, 4)
     labelled = [tuple(ax.transData.transform((x, y))) for x, y, _, _ in points]
     placed: list = []
     boxes: list[Bbox] = []
@@ -300,7 +307,7 @@ def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: 
             ann.set_in_layout(False)
             ann.update_positions(renderer)
             box = Text.get_window_extent(ann, renderer)  # the text alone, without the leader line
-            cost = sum(_overlap(box, o) for o in obstacles)
+            cost = float(_areas(box.extents, obstacles).sum())
             cost += 1e4 * (max(0.0, ax_box.x0 - box.x0) + max(0.0, box.x1 - ax_box.x1)
                            + max(0.0, ax_box.y0 - box.y0) + max(0.0, box.y1 - ax_box.y1))
             cost += 1e3 * sum(_overlap(box, b) for b in boxes)
@@ -316,6 +323,8 @@ def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: 
                 cost += 300.0 * sum(_overlap(d, b) > 0 for d in dots for b in boxes)
                 cost += 300.0 * sum(_distance(q, d) < r for q in others for d in dots)
                 cost += 300.0 * sum(_crosses(segment, other) for other in leaders)
+                hits = [_areas(d.extents, obstacles) for d in dots]
+                cost += 30.0 * sum(bool((h > 0).any()) for h in hits)  # leader lines cross few curves
             if best is None or cost < best[0]:
                 if best is not None:
                     best[1].remove()

@@ -224,8 +224,10 @@ def tradeoff_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, 
         _log_if_wide(ax, values, "x")
         ax.margins(x=0.12, y=0.15)
     xlabel = epsilon_label("central", epsilon, groups, accountants)
-    for ax, _, _ in panels:
-        ax.set_xlabel(xlabel)
+    if len(panels) == 1:
+        panels[0][0].set_xlabel(xlabel)
+    else:  # one label under the panels (they share the x axis): long labels side by side would collide
+        fig.supxlabel(xlabel, fontsize=15)
     fig.suptitle(f"Accuracy vs privacy ({seeds_phrase(groups)})")
     figure_legend(fig, invalid=any_invalid, title="point labels: p / h_th")
     center_suptitle(fig)
