@@ -283,13 +283,14 @@ def _obstacles(ax, renderer, r: float) -> list[Bbox]:
     return out
 
 
-def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: float = 11) -> list:
+def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: float = 11,
+                 renderer=None) -> list:
     """Annotate ``(x, y, text, color)`` points so that no label overlaps another label, a
     point, a curve or an error bar, nor leaves the axes; a label next to its point must be
     nearer to it than to any other point, one further out gets a leader line that crosses
     no label, point or other leader line. Greedy over :data:`_CANDIDATES`, measured with
     the renderer; call after everything else of the figure is drawn. Returns the annotations."""
-    renderer = renderer_of(ax.figure)
+    renderer = renderer or renderer_of(ax.figure)  # a renderer after the final layout pass
     ax_box = ax.get_window_extent(renderer)
     r = 5.0 * ax.figure.dpi / 72.0  # a marker's half size in pixels
     obstacles = np.array([b.extents for b in _obstacles(ax, renderer, r)]).reshape(-1, 4)
@@ -297,16 +298,19 @@ def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: 
     placed: list = []
     boxes: list[Bbox] = []
     leaders: list = []
+    scale = ax.figure.dpi / 72.0  # points -> pixels
     for i, (x, y, text, color) in enumerate(points):
         others = [q for j, q in enumerate(labelled) if j != i]
+        probe = ax.annotate(text, (x, y), fontsize=fontsize)  # the text's size, measured once
+        size = Text.get_window_extent(probe, renderer)
+        w, h = size.width, size.height
+        probe.remove()
         best = None
         for dx, dy, ha, va, ring in _CANDIDATES:
-            ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
-                              fontsize=fontsize, color=color, annotation_clip=False,
-                              arrowprops=dict(_LEADER) if ring else None)
-            ann.set_in_layout(False)
-            ann.update_positions(renderer)
-            box = Text.get_window_extent(ann, renderer)  # the text alone, without the leader line
+            ax0, ay0 = labelled[i][0] + dx * scale, labelled[i][1] + dy * scale
+            x0 = {"left": ax0, "right": ax0 - w, "center": ax0 - w / 2}[ha]
+            y0 = {"bottom": ay0, "top": ay0 - h, "center": ay0 - h / 2}[va]
+            box = Bbox.from_extents(x0, y0, x0 + w, y0 + h)
             cost = float(_areas(box.extents, obstacles).sum())
             cost += 1e4 * (max(0.0, ax_box.x0 - box.x0) + max(0.0, box.x1 - ax_box.x1)
                            + max(0.0, ax_box.y0 - box.y0) + max(0.0, box.y1 - ax_box.y1))
@@ -323,29 +327,31 @@ def place_labels(ax, points: Sequence[tuple[float, float, str, Any]], fontsize: 
                 cost += 300.0 * sum(_overlap(d, b) > 0 for d in dots for b in boxes)
                 cost += 300.0 * sum(_distance(q, d) < r for q in others for d in dots)
                 cost += 300.0 * sum(_crosses(segment, other) for other in leaders)
-                hits = [_areas(d.extents, obstacles) for d in dots]
-                cost += 30.0 * sum(bool((h > 0).any()) for h in hits)  # leader lines cross few curves
+                cost += 30.0 * sum(bool((_areas(d.extents, obstacles) > 0).any()) for d in dots)  # few curves crossed
             if best is None or cost < best[0]:
-                if best is not None:
-                    best[1].remove()
-                best = (cost, ann, box, segment)
-            else:
-                ann.remove()
+                best = (cost, (dx, dy, ha, va, ring), box, segment)
             if cost == 0:
                 break
-        placed.append(best[1])
+        dx, dy, ha, va, ring = best[1]
+        ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                          fontsize=fontsize, color=color, annotation_clip=False,
+                          arrowprops=dict(_LEADER) if ring else None)
+        ann.set_in_layout(False)
+        placed.append(ann)
         boxes.append(best[2])
         if best[3] is not None:
             leaders.append(best[3])
     return placed
 
 
-def center_suptitle(fig: Figure) -> None:
+def center_suptitle(fig: Figure):
     """Centre the figure title over the panels (not over panels + legend) and break it at
-    its opening parenthesis when it would still reach into a figure legend on the right."""
+    its opening parenthesis when it would still reach into a figure legend on the right.
+    Returns a renderer after the final layout pass (None when there was nothing to do)."""
     title = fig._suptitle
-    if title is None or not fig.legends or "\n" in title.get_text():
-        return
+    if title is None or not fig.legends or getattr(title, "_otafl_centred", False):
+        return None
+    title._otafl_centred = True
     renderer = renderer_of(fig)
     boxes = [ax.get_position() for ax in fig.axes]
     left, right = min(b.x0 for b in boxes), max(b.x1 for b in boxes)
@@ -353,4 +359,5 @@ def center_suptitle(fig: Figure) -> None:
     legend_left = min(leg.get_window_extent(renderer).x0 for leg in fig.legends)
     if title.get_window_extent(renderer).x1 > legend_left - 4 and " (" in title.get_text():
         title.set_text(title.get_text().replace(" (", "\n(", 1))
-    renderer_of(fig)
+        return renderer_of(fig)  # a taller title: lay out again
+    return renderer  # moving the title sideways changes no layout

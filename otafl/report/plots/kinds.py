@@ -230,6 +230,6 @@ def tradeoff_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, 
         fig.supxlabel(xlabel, fontsize=15)
     fig.suptitle(f"Accuracy vs privacy ({seeds_phrase(groups)})")
     figure_legend(fig, invalid=any_invalid, title="point labels: p / h_th")
-    center_suptitle(fig)
+    renderer = center_suptitle(fig)
     for ax, _, by in panels:  # last: the layout is final, so the labels can be measured
-        place_labels(ax, [(c[0], c[1], c[3], "0.15") for pts in by.values() for c in pts])
+        place_labels(ax, [(c[0], c[1], c[3], "0.15") for pts in by.values() for c in pts], renderer=renderer)
