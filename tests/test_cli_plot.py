@@ -57,12 +57,14 @@ def test_every_kind_writes_a_valid_png(results, tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_axis_is_labelled_and_has_a_legend(results, kind):
+def test_every_axis_is_labelled_and_the_figure_has_a_legend(results, kind):
     with read_store(results) as store:
         fig = make_figure(store, kind)
     for ax in fig.axes:
-        assert ax.get_ylabel() and ax.get_legend() is not None
-    assert fig.axes[-1].get_xlabel()
+        spec = ax.get_subplotspec()
+        assert ax.get_ylabel() or not spec.is_first_col()  # panels side by side share the y label
+        assert ax.get_xlabel() or not spec.is_last_row() or fig._supxlabel is not None
+    assert fig.legends or all(ax.get_legend() is not None for ax in fig.axes if ax.get_subplotspec().is_last_col())
     assert all(t.get_fontsize() >= 12 for ax in fig.axes for t in [ax.xaxis.label, ax.yaxis.label])
 
 
@@ -106,3 +108,15 @@ def test_unknown_kind_or_accountant_exits_2(results, tmp_path):
     assert res.exit_code == 2 and "histogram" in res.stderr
     res = plot(results, "--kind", "tradeoff", "--accountant", "magic", "--out", tmp_path / "a.png")
     assert res.exit_code == 2 and "magic" in res.stderr and res.stderr.count("\n") == 1
+    res = plot(results, "--kind", "tradeoff", "--accountant", "exact", "--out", tmp_path / "a.png")
+    assert res.exit_code == 2 and "present: paper, tight" in res.stderr
+
+
+def test_options_reach_the_figure(results, tmp_path):
+    out = tmp_path / "t.png"
+    res = plot(results, "--kind", "tradeoff", "--accountant", "tight", "--epsilon", "total", "--out", out)
+    assert res.exit_code == 0, res.output
+    with read_store(results) as store:
+        fig = make_figure(store, "tradeoff", accountant="tight", epsilon="total")
+    assert fig.axes[0].get_xlabel() == "central ε total over T = 6 rounds (tight)"
+    assert plot(results, "--kind", "accuracy", "--facet", "none", "--out", out).exit_code == 0

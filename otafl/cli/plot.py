@@ -10,18 +10,24 @@ KINDS = ("accuracy", "privacy", "tradeoff", "channel")
 @click.command("plot")
 @click.argument("results", type=click.Path(dir_okay=False))
 @click.option("--kind", type=click.Choice(KINDS), required=True,
-              help="accuracy: accuracy vs round per p; privacy: epsilon vs p; tradeoff: accuracy vs "
-                   "epsilon per scheme; channel: gain traces and participation over time.")
+              help="accuracy: accuracy vs round per p; privacy: epsilon vs p per accountant; tradeoff: accuracy "
+                   "vs epsilon per scheme; channel: gain traces and participation over time.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), required=True,
               help="Image file; the format follows the suffix: .png, .svg or .pdf.")
 @click.option("--group-by", "group_by", multiple=True, metavar="SECTION.KEY",
               help="Curves per these spec keys besides scheme and p / h_th [default: every key that varies].")
-@click.option("--accountant", default=None,
-              help="Accountant on the epsilon axis of --kind tradeoff [default: tight if present].")
-def plot(results, kind, out, group_by, accountant):
+@click.option("--facet", default=None, metavar="SECTION.KEY|none",
+              help="One panel per value of this grouping key [default: the first key that varies besides "
+                   "the sampling keys and the seed, e.g. channel.snr_db; none: a single panel].")
+@click.option("--accountant", default=None, metavar="NAME[,NAME]",
+              help="Accountant(s) on the epsilon axis: paper, tight, exact, or all [default for tradeoff: exact "
+                   "if the runs carry it, else the first present (as otafl table); for privacy: all].")
+@click.option("--epsilon", type=click.Choice(["round", "total"]), default="round", show_default=True,
+              help="privacy / tradeoff: the worst round's leakage, or the total composed over the T rounds.")
+def plot(results, kind, out, group_by, facet, accountant, epsilon):
     """Draw a figure of KIND from the finished runs in RESULTS and save it to OUT."""
     from otafl.report.plots import plot_results
 
     keys = [k.strip() for item in group_by for k in item.split(",") if k.strip()] or None
-    path = plot_results(results, kind, out, group_by=keys, accountant=accountant)
+    path = plot_results(results, kind, out, group_by=keys, accountant=accountant, facet=facet, epsilon=epsilon)
     click.echo(f"{kind} figure -> {path}")

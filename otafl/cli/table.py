@@ -4,23 +4,44 @@ from __future__ import annotations
 
 import click
 
+FORMATS = ("md", "text", "latex", "csv")
+COLUMN_HELP = ("scheme, setting, p, h_th, group (every other swept key; or a key's own name), seeds, accuracy, "
+               "eps_local_round, eps_local_total, eps_central_round, eps_central_total, delta_local_total, "
+               "delta_central_total, composition, valid, participants")
+
 
 @click.command("table")
 @click.argument("results", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["md", "latex", "csv"]), default="md", show_default=True,
-              help="Markdown (GitHub), LaTeX (booktabs) or CSV (plain numbers).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="md", show_default=True,
+              help="Markdown (GitHub), plain text (aligned columns), LaTeX (a table float: booktabs tabular, "
+                   "caption, note) or CSV (plain numbers).")
+@click.option("--accountant", "accountant", default=None, metavar="NAME[,NAME]",
+              help="Accountant(s) whose leakage is shown: paper, tight, exact, or all "
+                   "[default: exact if the runs carry it, else the first one present].")
+@click.option("--columns", "columns", default=None, metavar="NAME[,NAME...]",
+              help=f"Columns to show, in this order; choices: {COLUMN_HELP}. The per-accountant ones (eps_*, "
+                   "delta_*, composition, valid) form one block per accountant where the first is listed "
+                   "[default: scheme,setting,group,seeds,accuracy,eps_local_round,eps_local_total,"
+                   "eps_central_round,eps_central_total,participants; CSV adds p,h_th and valid].")
 @click.option("--group-by", "group_by", multiple=True, metavar="SECTION.KEY",
               help="Group rows by these spec keys besides scheme and p / h_th (repeatable or comma-separated) "
                    "[default: every key that varies between runs, except the seed].")
+@click.option("--caption", default=None,
+              help="LaTeX caption text (used as is) [default: generated from the accountants, T and seeds]; "
+                   "in md / text a given caption is printed above the table.")
+@click.option("--label", default=None, help="LaTeX \\label of the table (e.g. tab:tradeoff) [default: none].")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Write the table to this file instead of standard output.")
-@click.option("--no-legend", is_flag=True, help="Leave out the explanatory line under the table.")
-def table(results, fmt, group_by, out, no_legend):
+@click.option("--no-legend", is_flag=True, help="Leave out the explanatory note under the table.")
+def table(results, fmt, accountant, columns, group_by, caption, label, out, no_legend):
     """Print the accuracy / privacy trade-off table of the finished runs in RESULTS.
 
-    One row per sampling scheme and p (or h_th), and per other swept value: test accuracy
-    (mean +- std over seeds), local and central leakage per accountant (worst round and
-    composed over the run), and the mean number of participants per round.
+    One row per sampling scheme and p (or h_th), and per other swept value (sorted as
+    numbers): test accuracy (mean +- std over seeds), local and central leakage of the
+    chosen accountant(s), per round (worst round) and composed over the T rounds (the
+    header names T and the composition), and the mean number of participants per round.
+    A value whose accountant left its validity range (paper's classic Gaussian step) is
+    marked '!' (LaTeX: dagger; CSV: the ACC_classic_valid column) and explained in the note.
     """
     from pathlib import Path
 
@@ -30,8 +51,8 @@ def table(results, fmt, group_by, out, no_legend):
 
     keys = [k.strip() for item in group_by for k in item.split(",") if k.strip()] or None
     with read_store(results) as store:
-        tab = tradeoff_table(store.runs("done"), group_by=keys)
-    text = render_table(tab, fmt, legend=not no_legend)
+        tab = tradeoff_table(store.runs("done"), group_by=keys, accountants=accountant)
+    text = render_table(tab, fmt, columns=columns, legend=not no_legend, caption=caption, label=label)
     if out is None:
         click.echo(text, nl=False)
     else:

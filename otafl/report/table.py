@@ -1,26 +1,37 @@
 """Trade-off tables in the layout of the paper's Table II, from a sweep's results file.
 
 One row per configuration (sampling scheme, its knob p or h_th, and any other swept
-value), aggregated over seeds:
+value), aggregated over seeds. The columns (:data:`COLUMNS`, picked and ordered with
+``columns=``; :data:`DEFAULT_COLUMNS` otherwise):
 
-- test accuracy, mean +- sample standard deviation over seeds (in %; NaN when the sweep
-  ran with ``train = false``);
-- for each accountant A (``paper``, ``tight``, ...): local (LDP) leakage, worst round
-  (``A_epsilon_local_max``: max over users and rounds) and composed over the run
-  (``A_epsilon_local_total``), and central leakage, worst round (``A_epsilon_central``)
-  and composed (``A_epsilon_central_total``); each the mean over seeds. +inf marks a
-  bound that is undefined for some round (e.g. mu_t <= K beta_t for Hoeffding);
-- the mean number of participants per round, E_t |K_t|, mean over seeds.
+- ``scheme``, ``setting`` (the knob as the paper writes it: ``p = 0.5``, ``h_th = 2``),
+  ``p``, ``h_th``, ``group`` (one column per other swept key, e.g. ``channel.snr_db``;
+  a key's own name picks it alone), ``seeds`` (how many were pooled);
+- ``accuracy``: final test accuracy, mean +- sample std over seeds (in %; NaN when the
+  sweep ran with ``train = false``);
+- per chosen accountant A (``exact``, ``tight``, ``paper``): ``eps_local_round`` (LDP of
+  the worst user in the worst round, ``A_epsilon_local_max``), ``eps_local_total`` (LDP
+  composed over the T rounds, ``A_epsilon_local_total``), ``eps_central_round``
+  (``A_epsilon_central``, worst round), ``eps_central_total`` (``A_epsilon_central_total``),
+  ``delta_local_total``, ``delta_central_total``, ``composition`` (the method that gave
+  each total: ``A_composition`` central, ``A_composition_local`` local) and ``valid``
+  (every ``A_classic_valid*`` flag true in every seed: the accountant's classic Gaussian
+  step stayed in its validity range, so its number is a theorem); each the mean over
+  seeds. +inf marks a bound that is undefined in some round;
+- ``participants``: the mean number of participants per round, E_t |K_t|.
 
-``tradeoff_table`` computes the rows; ``render_table`` writes Markdown, LaTeX (booktabs)
-or CSV. Rows are ordered by scheme (uniform, time-varying, channel-aware), then knob,
-then the other grouping values.
+The accountants shown (``accountants=``) default to :func:`default_accountants`: ``exact``
+when the runs carry its fields, else the first accountant present. Rows are ordered by
+scheme (uniform, time-varying, channel-aware), then knob, then the other grouping values,
+compared as numbers (lists element by element), never as text.
+
+``tradeoff_table`` computes the rows; :mod:`otafl.report.table_format` picks the columns
+(:func:`~otafl.report.table_format.resolve_columns`) and writes plain text, Markdown,
+LaTeX or CSV (:func:`render_table`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -30,19 +41,55 @@ from typing import Any, Sequence
 from otafl.errors import OtaflInputError
 from otafl.sweep.store import StoredRun
 
-__all__ = ["FORMATS", "METRICS", "RunGroup", "TableRow", "TradeoffTable", "accountants_of", "flat_params",
-           "group_runs", "render_table", "setting_label", "tradeoff_table", "varying_keys"]
+__all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "METRICS", "PER_ACCOUNTANT", "RunGroup",
+           "TableRow", "TradeoffTable", "accountants_of", "choose_accountants", "default_accountants", "flat_params",
+           "group_runs", "render_table", "setting_label", "sort_key", "tradeoff_table",
+           "validity_of", "varying_keys"]
 
-FORMATS = ("md", "latex", "csv")
+FORMATS = ("md", "text", "latex", "csv")
 SCHEME_ORDER = {"uniform": 0, "time-varying": 1, "channel-aware": 2}
 TRAIN_KEY = "sweep.train"  # pseudo-key: a file may hold trained and bounds-only runs
-#: (summary suffix, short header, LaTeX header) of the leakage columns, per accountant.
+#: (summary suffix, short header, LaTeX header) of the four leakage columns, per accountant.
 METRICS = (
-    ("epsilon_local_max", "ε_l round", r"$\varepsilon_\mathrm{l}$ round"),
+    ("epsilon_local_max", "ε_l per round", r"$\varepsilon_\mathrm{l}$ per round"),
     ("epsilon_local_total", "ε_l total", r"$\varepsilon_\mathrm{l}$ total"),
-    ("epsilon_central", "ε_c round", r"$\varepsilon_\mathrm{c}$ round"),
+    ("epsilon_central", "ε_c per round", r"$\varepsilon_\mathrm{c}$ per round"),
     ("epsilon_central_total", "ε_c total", r"$\varepsilon_\mathrm{c}$ total"),
 )
+#: Summary suffixes averaged over seeds per accountant (``TableRow.leakage``).
+LEAKAGE_KEYS = ("epsilon_local_max", "epsilon_local_total", "epsilon_central", "epsilon_central_total",
+                "delta_local_total", "delta_central_total")
+
+#: Column name -> what it shows (``otafl table --columns``).
+COLUMNS: dict[str, str] = {
+    "scheme": "sampling scheme (uniform, time-varying, channel-aware)",
+    "setting": "the scheme's knob as the paper writes it: p = 0.5, h_th = 2, linear 0.9→0.3",
+    "p": "uniform sampling probability p (empty for the other schemes)",
+    "h_th": "channel-aware threshold h_th (empty for the other schemes)",
+    "group": "one column per other swept key, e.g. channel.snr_db (a key's own name picks it alone)",
+    "seeds": "number of seeds pooled in the row",
+    "accuracy": "final test accuracy in %, mean ± std over seeds",
+    "eps_local_round": "local (LDP) ε of the worst user in the worst round, per accountant",
+    "eps_local_total": "local ε composed over the T rounds, per accountant",
+    "eps_central_round": "central ε of the worst round, per accountant",
+    "eps_central_total": "central ε composed over the T rounds, per accountant",
+    "delta_local_total": "δ of the composed local guarantee, per accountant",
+    "delta_central_total": "δ of the composed central guarantee, per accountant",
+    "composition": "composition that gave the totals (central / local), per accountant",
+    "valid": "the accountant's classic Gaussian steps stayed in their validity range (all seeds), per accountant",
+    "participants": "mean number of participants per round, E_t |K_t|",
+}
+#: Per-accountant columns -> their summary suffix (None: not a number).
+PER_ACCOUNTANT: dict[str, str | None] = {
+    "eps_local_round": "epsilon_local_max", "eps_local_total": "epsilon_local_total",
+    "eps_central_round": "epsilon_central", "eps_central_total": "epsilon_central_total",
+    "delta_local_total": "delta_local_total", "delta_central_total": "delta_central_total",
+    "composition": None, "valid": None,
+}
+DEFAULT_COLUMNS = ("scheme", "setting", "group", "seeds", "accuracy", "eps_local_round", "eps_local_total",
+                   "eps_central_round", "eps_central_total", "participants")
+CSV_DEFAULT_COLUMNS = ("scheme", "setting", "p", "h_th", "group", "seeds", "accuracy", "eps_local_round",
+                       "eps_local_total", "eps_central_round", "eps_central_total", "valid", "participants")
 
 
 def flat_params(params: dict, train: bool | None = None) -> dict[str, Any]:
@@ -74,16 +121,34 @@ def setting_label(flat: dict[str, Any]) -> str:
     return str(scheme)
 
 
+def sort_key(v: Any) -> tuple:
+    """A total order on spec values that compares numbers as numbers and lists element by
+    element (``[2, 10, 30]`` before ``[10, 20, 40]``); then booleans, text, None."""
+    if isinstance(v, bool):
+        return (2, int(v))
+    if isinstance(v, (int, float)):
+        f = float(v)
+        return (0, -math.inf if math.isnan(f) else f)
+    if isinstance(v, (tuple, list)):
+        return (1, tuple(sort_key(x) for x in v))
+    if v is None:
+        return (4,)
+    return (3, str(v))
+
+
 def _setting_sort(flat: dict[str, Any]) -> tuple:
     scheme = flat.get("sampling.scheme")
-    knob = {"uniform": flat.get("sampling.p"), "channel-aware": flat.get("sampling.h_th")}.get(scheme)
-    return (SCHEME_ORDER.get(scheme, 9), scheme, -1.0 if knob is None else float(knob), setting_label(flat))
-
-
-def _sortable(v: Any) -> tuple:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return (0, float(v), "")
-    return (1, 0.0, json.dumps(v, default=str))
+    if scheme == "uniform":
+        knob: Any = flat.get("sampling.p")
+    elif scheme == "channel-aware":
+        knob = flat.get("sampling.h_th")
+    elif scheme == "time-varying":
+        sched = flat.get("sampling.schedule")
+        knob = (sched, flat.get("sampling.values") if sched == "list"
+                else (flat.get("sampling.p_start"), flat.get("sampling.p_end")))
+    else:
+        knob = None
+    return (SCHEME_ORDER.get(scheme, 9), str(scheme), sort_key(knob), setting_label(flat))
 
 
 def accountants_of(runs: Sequence[StoredRun]) -> list[str]:
@@ -94,6 +159,48 @@ def accountants_of(runs: Sequence[StoredRun]) -> list[str]:
             if a not in names and f"{a}_epsilon_central" in run.summary:
                 names.append(a)
     return names
+
+
+def default_accountants(runs: Sequence[StoredRun]) -> list[str]:
+    """``["exact"]`` when the runs carry exact's fields, else the first accountant present
+    (``[]`` when none is)."""
+    present = accountants_of(runs)
+    return ["exact"] if "exact" in present else present[:1]
+
+
+def choose_accountants(runs: Sequence[StoredRun], names: str | Sequence[str] | None,
+                       option: str = "--accountant") -> list[str]:
+    """The accountants to show: ``names`` (``"exact,tight"``, a list, or ``"all"``) checked
+    against the registry and against the runs; None: :func:`default_accountants`."""
+    from otafl.privacy.accountants.registry import ACCOUNTANTS
+
+    if names is None:
+        return default_accountants(runs)
+    items = [n.strip() for item in ([names] if isinstance(names, str) else names)
+             for n in item.split(",") if n.strip()]
+    present = accountants_of(runs)
+    if items == ["all"]:
+        return present
+    out: list[str] = []
+    for a in items:
+        if a not in ACCOUNTANTS:
+            raise OtaflInputError(f"{option} {a!r} is not an accountant; choices: {', '.join(ACCOUNTANTS)} (or all)")
+        if a not in present:
+            raise OtaflInputError(f"{option} {a!r}: no run in this results file carries its results; "
+                                  f"present: {', '.join(present) or 'none'}")
+        if a not in out:
+            out.append(a)
+    if not out:
+        raise OtaflInputError(f"{option} names no accountant; choices: {', '.join(ACCOUNTANTS)} (or all)")
+    return out
+
+
+def validity_of(summaries: Sequence[dict], accountant: str) -> bool | None:
+    """True when every ``{accountant}_classic_valid*`` flag of every summary is true, False
+    when one is false, None when no summary carries such a flag."""
+    prefix = f"{accountant}_classic_valid"
+    flags = [bool(v) for s in summaries for k, v in s.items() if k.startswith(prefix) and v is not None]
+    return all(flags) if flags else None
 
 
 @dataclass
@@ -108,17 +215,21 @@ class TableRow:
     seeds: list[int]
     accuracy_mean: float  # fraction in [0, 1]; NaN: not trained
     accuracy_std: float  # sample std over seeds (NaN for one seed)
-    leakage: dict[str, dict[str, float]]  # accountant -> metric suffix -> mean over seeds
+    leakage: dict[str, dict[str, float]]  # accountant -> LEAKAGE_KEYS suffix -> mean over seeds
     mean_participants: float
+    valid: dict[str, bool | None] = field(default_factory=dict)  # accountant -> validity_of
+    composition: dict[str, dict[str, str]] = field(default_factory=dict)  # acc -> central/local -> "rdp"
+    flat: dict[str, Any] = field(default_factory=dict)  # the first run's flat spec
 
 
 @dataclass
 class TradeoffTable:
     rows: list[TableRow]
     group_keys: list[str]
-    accountants: list[str]
-    compositions: dict[str, list[str]] = field(default_factory=dict)  # accountant -> methods used
+    accountants: list[str]  # the accountants shown
+    compositions: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # acc -> central/local -> methods
     rounds: list[int] = field(default_factory=list)  # distinct T over the runs
+    available: list[str] = field(default_factory=list)  # every accountant present in the runs
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -143,6 +254,17 @@ def varying_keys(runs: Sequence[StoredRun]) -> list[str]:
             and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
 
 
+def fmt_value(v: Any) -> str:
+    """A spec value for a label: ``[2, 10, 30]``, ``0.5``, ``true``."""
+    if isinstance(v, tuple):
+        return "[" + ", ".join(fmt_value(x) for x in v) + "]"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
 @dataclass
 class RunGroup:
     """Runs of one configuration (they differ only in the seed, or in keys left out of the grouping)."""
@@ -153,10 +275,14 @@ class RunGroup:
     runs: list[StoredRun]
     sort_key: tuple
 
+    def label_without(self, keys: Sequence[str] = ()) -> str:
+        """``scheme, setting, key = value, ...`` leaving out ``keys`` (e.g. a facet's key)."""
+        extra = ", ".join(f"{k.split('.')[-1]} = {fmt_value(v)}" for k, v in self.group.items() if k not in keys)
+        return f"{self.scheme}, {self.setting}" + (f", {extra}" if extra else "")
+
     @property
     def label(self) -> str:
-        extra = ", ".join(f"{k.split('.')[-1]} = {_fmt_value(v)}" for k, v in self.group.items())
-        return f"{self.scheme}, {self.setting}" + (f", {extra}" if extra else "")
+        return self.label_without()
 
 
 def group_runs(runs: Sequence[StoredRun], group_by: Sequence[str] | None = None) -> tuple[list[RunGroup], list[str]]:
@@ -186,12 +312,17 @@ def group_runs(runs: Sequence[StoredRun], group_by: Sequence[str] | None = None)
         if gkey not in groups:
             groups[gkey] = RunGroup(scheme=str(f.get("sampling.scheme")), setting=setting_label(f),
                                     group={k: f.get(k) for k in keys}, runs=[],
-                                    sort_key=(*_setting_sort(f), *(_sortable(f.get(k)) for k in keys)))
+                                    sort_key=(*_setting_sort(f), *(sort_key(f.get(k)) for k in keys)))
         groups[gkey].runs.append(run)
     return sorted(groups.values(), key=lambda g: g.sort_key), keys
 
 
-def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None = None) -> TradeoffTable:
+def _joined(values: Sequence[Any]) -> str:
+    return "/".join(sorted({str(v) for v in values if v is not None})) or "n/a"
+
+
+def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None = None,
+                   accountants: str | Sequence[str] | None = None) -> TradeoffTable:
     """Group ``done`` runs by configuration and aggregate over seeds (see the module docstring).
 
     Parameters
@@ -200,14 +331,17 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
         ``done`` runs from :meth:`otafl.sweep.store.ResultStore.runs`.
     group_by : sequence of ``section.key``, optional
         See :func:`group_runs`.
+    accountants : ``"exact,tight"``, a list of names, ``"all"`` or None
+        The accountants shown (see :func:`choose_accountants`).
 
     Raises
     ------
     OtaflInputError
-        No runs, or a ``group_by`` key that no run has.
+        No runs, a ``group_by`` key that no run has, or an accountant not in the registry
+        or not in the runs.
     """
     groups, keys = group_runs(runs, group_by)
-    accountants = accountants_of(runs)
+    chosen = choose_accountants(runs, accountants)
 
     rows = []
     for g in groups:
@@ -223,110 +357,25 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
             seeds=sorted(int(r.params.get("train", {}).get("seed", 0)) for r in g.runs),
             accuracy_mean=sum(finite) / len(finite) if finite else math.nan,
             accuracy_std=statistics.stdev(finite) if len(finite) > 1 else math.nan,
-            leakage={a: {m: _mean([_num(s.get(f"{a}_{m}")) for s in summaries]) for m, _, _ in METRICS}
-                     for a in accountants},
-            mean_participants=_mean([_num(s.get("mean_participants")) for s in summaries])))
-    compositions = {a: sorted({str(r.summary.get(f"{a}_composition")) for r in runs
-                               if r.summary.get(f"{a}_composition") is not None}) for a in accountants}
+            leakage={a: {m: _mean([_num(s.get(f"{a}_{m}")) for s in summaries]) for m in LEAKAGE_KEYS}
+                     for a in chosen},
+            mean_participants=_mean([_num(s.get("mean_participants")) for s in summaries]),
+            valid={a: validity_of(summaries, a) for a in chosen},
+            composition={a: {"central": _joined([s.get(f"{a}_composition") for s in summaries]),
+                             "local": _joined([s.get(f"{a}_composition_local") for s in summaries])}
+                         for a in chosen},
+            flat=f0))
+    compositions = {a: {side: sorted({str(r.summary.get(f"{a}_{key}")) for r in runs
+                                      if r.summary.get(f"{a}_{key}") is not None})
+                        for side, key in (("central", "composition"), ("local", "composition_local"))}
+                    for a in chosen}
     rounds = sorted({int(r.summary["rounds"]) for r in runs if "rounds" in r.summary})
-    return TradeoffTable(rows=rows, group_keys=keys, accountants=accountants, compositions=compositions,
-                         rounds=rounds)
+    return TradeoffTable(rows=rows, group_keys=keys, accountants=chosen, compositions=compositions,
+                         rounds=rounds, available=accountants_of(runs))
 
 
-# --------------------------------------------------------------------------- rendering
+def render_table(table: TradeoffTable, fmt: str = "md", **kwargs) -> str:
+    """:func:`otafl.report.table_format.render_table` (text, Markdown, LaTeX or CSV)."""
+    from otafl.report.table_format import render_table as render
 
-
-def _fmt_eps(x: float, fmt: str) -> str:
-    if math.isnan(x):
-        return {"md": "–", "latex": "--"}.get(fmt, "")
-    if math.isinf(x):
-        return {"md": "∞", "latex": r"$\infty$"}.get(fmt, "inf")
-    return f"{x:.3g}"
-
-
-def _fmt_value(v: Any) -> str:
-    if isinstance(v, tuple):
-        return "[" + ", ".join(_fmt_value(x) for x in v) + "]"
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _fmt_acc(row: TableRow, fmt: str) -> str:
-    if math.isnan(row.accuracy_mean):
-        return {"md": "–", "latex": "--"}[fmt]
-    pm = {"md": " ± ", "latex": r" $\pm$ "}[fmt]
-    mean = f"{100 * row.accuracy_mean:.1f}"
-    return mean if math.isnan(row.accuracy_std) else f"{mean}{pm}{100 * row.accuracy_std:.1f}"
-
-
-def _legend(table: TradeoffTable) -> str:
-    comp = "; ".join(f"{a}: {', '.join(m) or 'n/a'}" for a, m in table.compositions.items())
-    rounds = ", ".join(str(t) for t in table.rounds)
-    return (f"Accuracy: final test accuracy in %, mean ± std over seeds. ε_l: local (LDP) leakage, "
-            f"worst user; ε_c: central leakage; 'round': worst single round, 'total': composed over "
-            f"the T = {rounds} rounds ({comp}). Leakage and participants (mean |K_t| per round) "
-            f"are means over seeds; ∞: the bound is undefined in some round.")
-
-
-def _latex_escape(text: str) -> str:
-    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
-                 ("→", r"$\to$"), ("ε", r"$\varepsilon$"), ("±", r"$\pm$"), ("∞", r"$\infty$"),
-                 ("|", r"$|$")):
-        text = text.replace(a, b)
-    return text
-
-
-def render_table(table: TradeoffTable, fmt: str = "md", *, legend: bool = True) -> str:
-    """Render as ``md`` (GitHub pipe table), ``latex`` (booktabs tabular) or ``csv`` (numbers)."""
-    if fmt not in FORMATS:
-        raise OtaflInputError(f"table format {fmt!r} is not one of: {', '.join(FORMATS)}")
-    acc = table.accountants
-    if fmt == "csv":
-        header = ["scheme", "setting", "p", "h_th", *table.group_keys, "seeds", "accuracy_mean", "accuracy_std",
-                  *(f"{a}_{m}" for a in acc for m, _, _ in METRICS), "mean_participants"]
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(header)
-        for r in table.rows:
-            w.writerow([r.scheme, r.setting, "" if r.p is None else r.p, "" if r.h_th is None else r.h_th,
-                        *(_fmt_value(r.group[k]) for k in table.group_keys), len(r.seeds),
-                        *(_csv_num(x) for x in (r.accuracy_mean, r.accuracy_std)),
-                        *(_csv_num(r.leakage[a][m]) for a in acc for m, _, _ in METRICS),
-                        _csv_num(r.mean_participants)])
-        return buf.getvalue()
-
-    esc = _latex_escape if fmt == "latex" else (lambda t: t)
-    cells = [[esc(r.scheme), esc(r.setting), *(esc(_fmt_value(r.group[k])) for k in table.group_keys),
-              str(len(r.seeds)), _fmt_acc(r, fmt), *(_fmt_eps(r.leakage[a][m], fmt) for a in acc for m, _, _ in METRICS),
-              f"{r.mean_participants:.1f}"] for r in table.rows]
-    n_key = 2 + len(table.group_keys) + 2
-    if fmt == "md":
-        header = ["scheme", "p / h_th", *table.group_keys, "seeds", "accuracy (%)",
-                  *(f"{a} {short}" for a in acc for _, short, _ in METRICS), "participants"]
-        align = ["---"] * n_key + ["--:"] * (len(header) - n_key)
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-        lines += ["| " + " | ".join(c) + " |" for c in cells]
-        text = "\n".join(lines) + "\n"
-        return text + ("\n" + _legend(table) + "\n" if legend else "")
-
-    # LaTeX (booktabs): two header rows, each accountant's name spanning its four columns
-    cols = "l" * n_key + "r" * (4 * len(acc) + 1)
-    top = [""] * n_key + [rf"\multicolumn{{4}}{{c}}{{{_latex_escape(a)}}}" for a in acc] + [""]
-    rules = "".join(rf"\cmidrule(lr){{{n_key + 1 + 4 * i}-{n_key + 4 * (i + 1)}}}" for i in range(len(acc)))
-    header = ["scheme", r"$p$ / $h_\mathrm{th}$", *(_latex_escape(k) for k in table.group_keys), "seeds",
-              r"accuracy (\%)", *(tex for _ in acc for _, _, tex in METRICS), r"$\overline{|K_t|}$"]
-    lines = ["% " + _latex_escape(_legend(table))] if legend else []
-    lines += [rf"\begin{{tabular}}{{{cols}}}", r"\toprule", " & ".join(top) + r" \\", rules,
-              " & ".join(header) + r" \\", r"\midrule"]
-    lines += [" & ".join(c) + r" \\" for c in cells]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
-
-
-def _csv_num(x: float) -> str:
-    if math.isnan(x):
-        return ""
-    return "inf" if math.isinf(x) else repr(float(x))
+    return render(table, fmt, **kwargs)

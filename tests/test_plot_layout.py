@@ -1,0 +1,156 @@
+"""`otafl plot` layout on fake stores: facets per second sweep axis, merged legends outside the
+axes, point labels that neither collide nor clip, seeds wording, per-round vs total axes,
+hollow markers for invalid bounds, the default accountant."""
+
+import itertools
+
+import pytest
+from click.testing import CliRunner
+from fakestore import default_summary, fake_store
+from matplotlib.text import Text
+
+from otafl.cli.main import cli
+from otafl.report.plots import make_figure
+from otafl.report.plots.common import INVALID_NOTE, renderer_of
+from otafl.sweep.store import read_store
+
+SNRS = [[10.0, 20.0, 40.0], [2.0, 10.0, 30.0], [2.0, 10.0, 4.0]]
+
+
+def same_local(spec, accs):
+    """tight and exact agree on the local epsilon (so their local curves are identical)."""
+    out = default_summary(spec, accs)
+    out["exact_epsilon_local_max"] = out["tight_epsilon_local_max"]
+    out["exact_epsilon_local_total"] = out["tight_epsilon_local_total"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_axes(tmp_path_factory):
+    return fake_store(tmp_path_factory.mktemp("two") / "r.sqlite", {"sampling.p": [0.2, 0.8], "channel.snr_db": SNRS},
+                      points=[{"sampling.scheme": "channel-aware", "sampling.h_th": 2.0, "channel.snr_db": SNRS[1]}],
+                      seeds=(0, 1),
+                      accountants=("paper", "tight", "exact"), summary=same_local)
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """Nine p on one horizontal line (same accuracy), crowded at small epsilon; one seed; no exact."""
+    return fake_store(tmp_path_factory.mktemp("crowd") / "r.sqlite",
+                      {"sampling.p": [round(0.1 * i, 1) for i in range(1, 10)]}, seeds=(0,),
+                      accountants=("paper", "tight"))
+
+
+def figure(db, kind, **kwargs):
+    with read_store(db) as store:
+        return make_figure(store, kind, **kwargs)
+
+
+def legend_labels(fig):
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
+
+
+@pytest.mark.parametrize("kind, panels", [("accuracy", 3), ("tradeoff", 3), ("privacy", 6), ("channel", 6)])
+def test_one_panel_per_value_of_the_second_axis_in_numeric_order(two_axes, kind, panels):
+    fig = figure(two_axes, kind)
+    assert len(fig.axes) == panels
+    titles = [ax.get_title() for ax in fig.axes if "snr_db" in ax.get_title()]
+    order = [next(i for i, s in enumerate(["[2, 10, 4]", "[2, 10, 30]", "[10, 20, 40]"]) if s in t) for t in titles]
+    assert order == sorted(order) and len(set(order)) == 3
+
+
+def test_facet_none_draws_one_panel_and_a_bad_facet_exits_2(two_axes, tmp_path):
+    assert len(figure(two_axes, "accuracy", facet="none").axes) == 1
+    res = CliRunner().invoke(cli, ["plot", two_axes, "--kind", "accuracy", "--facet", "train.lr",
+                                   "--out", str(tmp_path / "a.png")])
+    assert res.exit_code == 2 and "channel.snr_db" in res.stderr and not (tmp_path / "a.png").exists()
+
+
+@pytest.mark.parametrize("kind", ["accuracy", "privacy", "tradeoff"])
+def test_one_legend_entry_per_distinct_curve_outside_the_axes(two_axes, kind):
+    fig = figure(two_axes, kind)
+    labels = legend_labels(fig)
+    assert labels and len(labels) == len(set(labels))
+    renderer = renderer_of(fig)
+    for leg in fig.legends:
+        box = leg.get_window_extent(renderer)
+        assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+
+
+def test_identical_curves_are_merged_into_one_entry(two_axes):
+    fig = figure(two_axes, "privacy")
+    labels = legend_labels(fig)
+    assert "tight ≡ exact, uniform p" in labels
+    local = fig.axes[1]  # first row, right: local DP; tight and exact share one line there
+    assert sum(1 for ln in local.get_lines() if ln.get_label().startswith("tight")) == 1
+    assert not any(ln.get_label().startswith("exact, uniform") for ln in local.get_lines())
+    central = fig.axes[0]
+    assert {"tight, uniform p", "exact, uniform p"} <= {ln.get_label() for ln in central.get_lines()}
+
+
+def _inside(inner, outer, tol=1.0):
+    return (inner.x0 >= outer.x0 - tol and inner.y0 >= outer.y0 - tol
+            and inner.x1 <= outer.x1 + tol and inner.y1 <= outer.y1 + tol)
+
+
+def test_point_labels_neither_collide_nor_leave_the_axes(crowded):
+    fig = figure(crowded, "tradeoff", facet="none")
+    ax = fig.axes[0]
+    renderer = renderer_of(fig)
+    anns = [t for t in ax.texts if t.get_text().startswith("p = ")]
+    assert sorted(t.get_text() for t in anns) == [f"p = {0.1 * i:.1g}" for i in range(1, 10)]
+    boxes = [Text.get_window_extent(t, renderer) for t in anns]  # the text, not its leader line
+    assert all(_inside(b, ax.get_window_extent(renderer)) for b in boxes)
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+@pytest.mark.parametrize("kind", ["accuracy", "privacy", "tradeoff", "channel"])
+def test_axis_labels_and_titles_do_not_collide(two_axes, kind):
+    fig = figure(two_axes, kind, **({"accountant": "all"} if kind == "tradeoff" else {}))  # a long x label
+    renderer = renderer_of(fig)
+    texts = [t for ax in fig.axes for t in (ax.xaxis.label, ax.yaxis.label, ax.title) if t.get_text()]
+    texts += [t for t in (fig._suptitle, fig._supxlabel) if t is not None]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+@pytest.mark.parametrize("kind", ["accuracy", "privacy", "tradeoff", "channel"])
+def test_no_text_is_clipped_by_the_figure(two_axes, kind):
+    fig = figure(two_axes, kind)
+    renderer = renderer_of(fig)
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]  # ticks, tick labels, axis labels, title
+    boxes += [t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts]  # point labels
+    boxes += [leg.get_window_extent(renderer) for leg in fig.legends]
+    boxes += [t.get_window_extent(renderer) for t in (fig._suptitle, fig._supxlabel) if t is not None]
+    assert all(_inside(b, fig.bbox, tol=2.0) for b in boxes)
+
+
+def test_seeds_wording(two_axes, crowded):
+    assert "mean ± std over 2 seeds" in figure(two_axes, "tradeoff")._suptitle.get_text()
+    assert "1 seed: no error bars" in figure(crowded, "tradeoff")._suptitle.get_text()
+    assert "1 seed: no band" in figure(crowded, "accuracy")._suptitle.get_text()
+    assert "mean over 2 seeds" in figure(two_axes, "privacy")._suptitle.get_text()
+
+
+def xlabel(fig):
+    """The x label: the figure's shared one under several panels, else the panel's."""
+    return fig._supxlabel.get_text() if fig._supxlabel is not None else fig.axes[0].get_xlabel()
+
+
+def test_axes_say_per_round_or_total_and_name_the_default_accountant(two_axes, crowded):
+    assert "per round (worst round; exact)" in xlabel(figure(two_axes, "tradeoff"))  # exact present: the default
+    assert "per round (worst round; paper)" in xlabel(figure(crowded, "tradeoff"))  # else the first present
+    x = xlabel(figure(two_axes, "tradeoff", epsilon="total", accountant="tight"))
+    assert "total over T = 5 rounds (tight)" in x
+    fig = figure(two_axes, "privacy", epsilon="total")
+    assert "central ε total over T = 5 rounds" in fig.axes[0].get_ylabel()
+    assert "paper (rdp), uniform p" in legend_labels(fig)
+
+
+def test_invalid_points_are_hollow_with_a_legend_note(two_axes):
+    fig = figure(two_axes, "privacy", accountant="paper")
+    assert INVALID_NOTE in legend_labels(fig)
+    hollow = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
+    assert hollow and all(len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == 0.2 for ln in hollow)
+    assert INVALID_NOTE not in legend_labels(figure(two_axes, "privacy", accountant="tight"))
