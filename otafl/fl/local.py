@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -186,22 +186,25 @@ def update_norm_bound(*, local_lr: float, local_steps: int, record_sampling: flo
 
 
 StepDraw = tuple[Tensor, Tensor]  # (mask [n, max_D] bool, standard normal noise [n, d])
+GradientSums = Callable[..., tuple[Tensor, Tensor]]  # clipped_gradient_sums' signature
 
 
 def local_updates(model: nn.Module, start: Tensor, x_train: Tensor, y_train: Tensor, index: Tensor, counts: Tensor,
                   draws: Iterable[StepDraw], *, local_lr: float, record_sampling: float, record_clip: float,
-                  step_noise: float, correction: Tensor | None = None, method: str = "auto"
-                  ) -> tuple[Tensor, Tensor]:
+                  step_noise: float, correction: Tensor | None = None, method: str = "auto",
+                  gradient_sums: GradientSums | None = None) -> tuple[Tensor, Tensor]:
     """S local DP-SGD steps of n users at once (module docstring).
 
     start : [d] global model w, or [n, d].   index : [n, max_D] training-set indices of the
     users' records (padding repeats a valid index), counts : [n] D_k.   draws : S pairs
     (mask [n, max_D] bool, the records in each step's Poisson minibatch; z [n, d] standard
     normal, the step noise before scaling by sigma C).   correction : [n, d] c - c_k
-    (SCAFFOLD) or None.
+    (SCAFFOLD) or None.   gradient_sums : replaces :func:`clipped_gradient_sums` (same
+    signature; e.g. a quadratic loss in tests).
 
     Returns u [n, d] = -eta_l sum_s H_{k,s} and the mean per-example loss [n] over the steps.
     """
+    sums_fn = gradient_sums or clipped_gradient_sums
     n = index.shape[0]
     weights = start.expand(n, -1).clone() if start.dim() == 1 else start.clone()
     total = torch.zeros_like(weights)
@@ -215,9 +218,8 @@ def local_updates(model: nn.Module, start: Tensor, x_train: Tensor, y_train: Ten
         if width:
             order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :width]  # chosen records first
             chosen = index.gather(1, order)
-            sums, losses = clipped_gradient_sums(model, weights, gather_rows(x_train, chosen),
-                                                 gather_rows(y_train, chosen), mask.gather(1, order),
-                                                 record_clip, method=method)
+            sums, losses = sums_fn(model, weights, gather_rows(x_train, chosen), gather_rows(y_train, chosen),
+                                   mask.gather(1, order), record_clip, method=method)
             loss_sum += losses
             seen += mask.sum(1).to(seen.dtype)
         else:
@@ -287,7 +289,8 @@ class LocalSteps:
     def __init__(self, *, algorithm: str, model: nn.Module, x_train: Tensor, y_train: Tensor, index: Tensor,
                  counts: Tensor, local_steps: int, local_lr: float, server_lr: float, record_sampling: float,
                  record_clip: float, step_noise: float, transmit_clip: float, warm_start: bool,
-                 mask_generator: torch.Generator, noise_generator: torch.Generator, method: str = "auto"):
+                 mask_generator: torch.Generator, noise_generator: torch.Generator, method: str = "auto",
+                 gradient_sums: GradientSums | None = None):
         if algorithm not in ALGORITHMS or not ALGORITHMS[algorithm].local:
             raise OtaflInputError(f"train.algorithm = {algorithm!r} has no local steps; "
                                   f"choose one of: {', '.join(n for n, a in ALGORITHMS.items() if a.local)}")
@@ -302,6 +305,7 @@ class LocalSteps:
         self.warm_start = bool(warm_start)
         self.masks, self.noise = mask_generator, noise_generator
         self.method = method
+        self.gradient_sums = gradient_sums
         dim = sum(p.numel() for p in self.params)
         self.dim = dim
         min_records = int(counts.min())
@@ -338,7 +342,7 @@ class LocalSteps:
                                   self.index.index_select(0, users), self.counts.index_select(0, users),
                                   self._draws(users, self.S, self.q), local_lr=self.lr, record_sampling=self.q,
                                   record_clip=self.C, step_noise=self.sigma, correction=correction,
-                                  method=self.method)
+                                  method=self.method, gradient_sums=self.gradient_sums)
         if self.c_users is not None:
             self.c_users[users] = -u / (self.lr * self.S)
         sent = u * (self.L / self.bound)
@@ -362,7 +366,7 @@ class LocalSteps:
         users = torch.arange(self.index.shape[0], device=self.index.device)
         u, losses = local_updates(self.model, self.weights, self.x_train, self.y_train, self.index, self.counts,
                                   self._draws(users, 1, 1.0), local_lr=1.0, record_sampling=1.0, record_clip=self.C,
-                                  step_noise=self.sigma, method=self.method)
+                                  step_noise=self.sigma, method=self.method, gradient_sums=self.gradient_sums)
         self.c_users.copy_(-u)
         return StackedGradients(-u * (self.L / self.warm_bound), losses), torch.ones_like(users, dtype=torch.bool)
 

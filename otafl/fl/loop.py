@@ -76,7 +76,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     sensitivity = 2.0 * tx.clip  # minibatch clipping: one record moves g_k anywhere in the L-ball
     local = build_local_steps(spec, run, x_train, y_train)  # None for fedsgd
     step_facts = {} if local is None else dict(  # what the `steps` accountant reads (docs/privacy.md#steps)
-        local_steps=local.S, record_sampling=local.q, step_noise=local.sigma,
+        local_steps=local.S, record_sampling=local.q, step_noise=local.sigma, record_clip=local.C,
         update_clip_failure=local.update_clip_failure)
 
     records: list[dict] = []

@@ -39,7 +39,9 @@ class RoundFacts:
     local_steps : int                 -- S, DP-SGD steps per participant and round.
     record_sampling : float           -- q, Poisson rate of a record per local step.
     step_noise : float or None        -- sigma, the per-step noise multiplier of one user
-                                         (std / ``sensitivity``); None: no step noise (FedSGD).
+                                         (std / record_clip); None: no step noise (FedSGD).
+    record_clip : float or None       -- C, the per-example clipping norm of the local steps
+                                         (their add/remove sensitivity); None: FedSGD.
     update_clip_failure : float       -- probability that some transmitter's update was
                                          clipped at the power normalisation (added to delta).
     """
@@ -54,6 +56,7 @@ class RoundFacts:
     local_steps: int = 1
     record_sampling: float = 1.0
     step_noise: float | None = None
+    record_clip: float | None = None
     update_clip_failure: float = 0.0
 
 

@@ -46,7 +46,7 @@ from otafl.privacy.analysis.steps import (
 )
 from otafl.privacy.facts import RoundFacts
 
-__all__ = ["AUTO_COUNT_FAILURE", "steps_round", "round_mechanisms", "facts_kwargs"]
+__all__ = ["AUTO_COUNT_FAILURE", "steps_round", "steps_totals", "round_mechanisms", "facts_kwargs"]
 
 AUTO_COUNT_FAILURE = 1e-2
 """``delta_prime = "auto"``: the count quantile's failure probability is this times delta_l per round."""
@@ -217,8 +217,48 @@ def round_mechanisms(f: RoundFacts, *, delta_prime, delta_l: float, user_samplin
 
 
 def facts_kwargs(f: RoundFacts, *, delta_l: float, delta_prime) -> dict:
+    """:func:`steps_round`'s keyword arguments for one round's facts."""
     return dict(participation_prob=f.participation_prob.to(torch.float64), noise_var=f.noise_var.to(torch.float64),
-                alignment_gain=float(f.alignment_gain), n0=float(f.n0), sensitivity=float(f.sensitivity),
+                alignment_gain=float(f.alignment_gain), n0=float(f.n0),
+                sensitivity=float(f.sensitivity if f.record_clip is None else f.record_clip),  # C for local steps
                 delta_l=delta_l, delta_prime=delta_prime, dim=int(f.dim), local_steps=int(f.local_steps),
                 record_sampling=float(f.record_sampling), step_noise=f.step_noise,
                 update_clip_failure=float(f.update_clip_failure))
+
+
+def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, rounds: int, delta_prime="auto",
+                 local_steps: int = 1, record_sampling: float = 1.0, step_noise: float | None = None,
+                 composition: str = "pld", user_sampling: str = "revealed", delta_target: float | None = None
+                 ) -> dict[str, torch.Tensor]:
+    """Totals of T identical rounds on a uniform grid (``otafl bound --accountant steps --rounds T``).
+
+    The channel does not enter ``steps`` (its noise is post-processing), so the rounds of a
+    grid point are identical: central STEPS(p, q, sigma sqrt(m), S) and local STEPS(1, q,
+    sigma, S), each composed T times with ``composition``. Returns [...] tensors
+    ``epsilon_central_total``, ``delta_central_total`` (delta_dp + T tail, delta_dp =
+    ``delta_target`` - T tail or delta_l), ``epsilon_local_total``, ``delta_local_total``.
+    """
+    check_range("rounds", rounds, lo=1)
+    _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, 0.0)
+    x, p_max, m, tail, sigma = _round_parts(participation_prob=participation_prob, noise_var=noise_var,
+                                            alignment_gain=1.0, n0=0.0, sensitivity=sensitivity, delta_l=delta_l,
+                                            delta_prime=delta_prime, users=users, dim=None, step_noise=step_noise)
+    b = x.batch
+    d_l = torch.broadcast_to(x.delta_l, b).reshape(-1).tolist()
+    out = {k: [] for k in ("epsilon_central_total", "delta_central_total", "epsilon_local_total",
+                           "delta_local_total")}
+    for p, mm, tl, sg, dl in zip(p_max.reshape(-1).tolist(), m.reshape(-1).tolist(), tail.reshape(-1).tolist(),
+                                 sigma.reshape(-1).tolist(), d_l):
+        charged = rounds * tl
+        delta_dp = dl if delta_target is None else delta_target - charged
+        if delta_dp <= 0:
+            raise OtaflInputError(f"delta_target = {delta_target!r} is outside the allowed range (above the charged "
+                                  f"count tails, {charged:.3g})")
+        central = StepRound(_grid_up(p), record_sampling, sg * math.sqrt(mm), local_steps, user_sampling)
+        local = StepRound(1.0 if p > 0 else 0.0, record_sampling, sg, local_steps, "revealed")
+        out["epsilon_central_total"].append(compose_epsilon([(central, rounds)], delta=delta_dp,
+                                                            composition=composition))
+        out["delta_central_total"].append(min(1.0, delta_dp + charged))
+        out["epsilon_local_total"].append(compose_epsilon([(local, rounds)], delta=dl, composition=composition))
+        out["delta_local_total"].append(dl if p > 0 else 0.0)
+    return {k: torch.tensor(v, dtype=torch.float64).reshape(b) for k, v in out.items()}
