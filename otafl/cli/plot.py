@@ -18,10 +18,12 @@ KINDS = ("accuracy", "privacy", "tradeoff", "channel")
               help="Curves per these spec keys besides scheme and p / h_th [default: every key that varies].")
 @click.option("--accountant", default=None,
               help="Accountant on the epsilon axis of --kind tradeoff [default: tight if present].")
-def plot(results, kind, out, group_by, accountant):
+@click.option("--epsilon", type=click.Choice(["round", "total"]), default="round", show_default=True,
+              help="Epsilon axis of --kind tradeoff: the worst round's, or composed over the run.")
+def plot(results, kind, out, group_by, accountant, epsilon):
     """Draw a figure of KIND from the finished runs in RESULTS and save it to OUT."""
     from otafl.report.plots import plot_results
 
     keys = [k.strip() for item in group_by for k in item.split(",") if k.strip()] or None
-    path = plot_results(results, kind, out, group_by=keys, accountant=accountant)
+    path = plot_results(results, kind, out, group_by=keys, accountant=accountant, epsilon=epsilon)
     click.echo(f"{kind} figure -> {path}")

@@ -7,8 +7,9 @@ Kinds (:data:`KINDS`):
 - ``privacy``   per-round leakage (worst round) vs the uniform sampling probability p, one
   curve per accountant; central (left) and local (right), channel-aware sampling as
   horizontal reference lines: the paper's Fig. 7 style.
-- ``tradeoff``  final accuracy vs central epsilon (worst round) of one accountant, one curve
-  per sampling scheme, points labelled by p / h_th.
+- ``tradeoff``  final accuracy vs central epsilon (worst round, or with ``epsilon="total"``
+  composed over the run) of one accountant, one curve per sampling scheme, points labelled
+  by p / h_th.
 - ``channel``   channel gain traces h_{k,t} of one user per SNR group (regenerated from the
   stored spec and seed: the fading stream is a pure function of them) with the mean gain
   over users, and the number of participants |K_t| per round with its mean mu_t, per
@@ -160,8 +161,11 @@ def _privacy(fig: Figure, store: ResultStore, groups: list[RunGroup], accountant
     fig.suptitle(f"Per-round privacy leakage vs p (mean over {_n_seeds(groups)})")
 
 
+EPSILONS = ("round", "total")  # tradeoff's x axis: worst round, or composed over the run
+
+
 def _tradeoff(fig: Figure, store: ResultStore, groups: list[RunGroup], accountants: list[str],
-              accountant: str | None = None, **_) -> None:
+              accountant: str | None = None, epsilon: str = "round", **_) -> None:
     acc_name = accountant or ("tight" if "tight" in accountants else accountants[0])
     if acc_name not in accountants:
         raise OtaflInputError(f"--accountant {acc_name!r} is not in this results file; "
@@ -170,7 +174,8 @@ def _tradeoff(fig: Figure, store: ResultStore, groups: list[RunGroup], accountan
     by_scheme: dict[str, list] = {}
     for g in groups:
         accs = [r.summary.get("final_test_accuracy") for r in g.runs]
-        eps = _mean([r.summary.get(f"{acc_name}_epsilon_central") for r in g.runs])
+        eps = _mean([r.summary.get(f"{acc_name}_epsilon_central" + ("_total" if epsilon == "total" else ""))
+                     for r in g.runs])
         if not any(_finite(a) for a in accs) or not _finite(eps):
             continue
         extra = ", ".join(f"{k.split('.')[-1]} = {v}" for k, v in g.group.items())
@@ -189,7 +194,8 @@ def _tradeoff(fig: Figure, store: ResultStore, groups: list[RunGroup], accountan
     positive = [p[0] for pts in by_scheme.values() for p in pts if p[0] > 0]
     if positive and max(positive) / min(positive) > 20:
         ax.set_xscale("log")
-    ax.set_xlabel(f"central ε per round, worst round ({acc_name} accountant, nats)")
+    ax.set_xlabel(f"central ε over the run ({acc_name} accountant, nats)" if epsilon == "total" else
+                  f"central ε per round, worst round ({acc_name} accountant, nats)")
     ax.set_ylabel("final test accuracy (%)")
     ax.set_title(f"Accuracy vs privacy (mean ± std over {_n_seeds(groups)})")
     ax.legend(loc="best")
@@ -248,10 +254,13 @@ _SIZES = {"accuracy": (10, 6.5), "privacy": (15, 6.5), "tradeoff": (10, 6.5), "c
 
 
 def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | None = None,
-                group_by: Sequence[str] | None = None, accountant: str | None = None) -> Figure:
+                group_by: Sequence[str] | None = None, accountant: str | None = None,
+                epsilon: str = "round") -> Figure:
     """Draw one figure of ``kind`` from the ``done`` runs of ``store`` (see the module docstring)."""
     if kind not in _KIND_FUNCS:
         raise OtaflInputError(f"plot kind {kind!r} is not one of: {', '.join(KINDS)}")
+    if epsilon not in EPSILONS:
+        raise OtaflInputError(f"epsilon = {epsilon!r} is not one of: {', '.join(EPSILONS)}")
     runs = store.runs("done") if runs is None else list(runs)
     groups, _ = group_runs(runs, group_by)
     accountants = accountants_of(runs)
@@ -259,7 +268,7 @@ def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | No
         raise OtaflInputError("the runs in this results file carry no privacy accountant results")
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=_SIZES[kind], layout="constrained")
-        _KIND_FUNCS[kind](fig, store, groups, accountants=accountants, accountant=accountant)
+        _KIND_FUNCS[kind](fig, store, groups, accountants=accountants, accountant=accountant, epsilon=epsilon)
     return fig
 
 
@@ -298,11 +307,11 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
 
 
 def plot_results(results: str | Path, kind: str, out: str | Path, *, group_by: Sequence[str] | None = None,
-                 accountant: str | None = None) -> Path:
+                 accountant: str | None = None, epsilon: str = "round") -> Path:
     """Read a results file, draw ``kind`` and save it to ``out``; returns the path."""
     from otafl.sweep.store import read_store
 
     check_suffix(out)
     with read_store(results) as store:
-        fig = make_figure(store, kind, group_by=group_by, accountant=accountant)
+        fig = make_figure(store, kind, group_by=group_by, accountant=accountant, epsilon=epsilon)
     return save_figure(fig, out)
