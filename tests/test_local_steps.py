@@ -251,3 +251,54 @@ def test_spec_rules_of_the_local_steps_keys():
     assert sorted(ALGORITHMS) == ["fedavg", "fedsgd", "scaffold"]
     spec = load_spec(None, ["train.algorithm='scaffold'", "privacy.accountants=['steps', 'tight']"])
     assert spec.privacy.accountants == ["steps", "tight"]  # listed already: left as written
+
+
+SWEEP = """
+[data]
+name = "synthetic"
+users = 12
+split = "shards"
+[channel]
+snr_db = [0.0, 10.0, 20.0]
+[transmit]
+sigma2 = 0.0
+[train]
+rounds = 3
+eval_every = 3
+algorithm = "fedavg"
+local_steps = 2
+[privacy]
+accountants = ["steps"]
+[sweep]
+seeds = [0]
+[sweep.axes]
+"sampling.p" = [0.5, 1.0]
+[[sweep.points]]
+"train.algorithm" = "scaffold"
+"sampling.p" = 1.0
+"""
+
+
+def test_a_local_steps_sweep_plots_accuracy_against_the_total_central_epsilon(tmp_path):
+    (tmp_path / "s.toml").write_text(SWEEP)
+    db, out = tmp_path / "r.sqlite", tmp_path / "t.png"
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 0, res.output
+    from otafl.report.plots import make_figure
+    from otafl.sweep.store import read_store
+
+    with read_store(db) as store:
+        runs = store.runs("done")
+        assert len(runs) == 3 and all(r.summary["steps_epsilon_central_total"] > 0 for r in runs)
+        fig = make_figure(store, "tradeoff", accountant="steps", epsilon="total",
+                          group_by=["train.algorithm", "train.local_steps"])
+        ax = fig.axes[0]
+        assert "over the run" in ax.get_xlabel()
+        xs = {round(float(x), 9) for line in ax.get_lines() for x in line.get_xdata()}  # points and error caps
+        assert xs == {round(r.summary["steps_epsilon_central_total"], 9) for r in runs}
+    res = CliRunner().invoke(cli, ["plot", str(db), "--kind", "tradeoff", "--accountant", "steps", "--epsilon",
+                                   "total", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    res = CliRunner().invoke(cli, ["plot", str(db), "--kind", "tradeoff", "--epsilon", "sum", "--out", str(out)])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1

@@ -38,7 +38,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
                         "exact Poisson-binomial quantile, analytic Gaussian, channel noise included, unamplified LDP"),
     "exact": Accountant("exact", exact_round,
                         "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
-    "steps": Accountant("steps", steps_round, "record-level DP of S local DP-SGD steps, sum-dominated over the participants"),
+    "steps": Accountant("steps", steps_round, "local DP-SGD steps, sum-dominated over the participants (add/remove)"),
 }
 """Accountants by name (``click.Choice(sorted(ACCOUNTANTS))``)."""
 

@@ -286,7 +286,8 @@ def _rdp_step(q: float, z: float, orders: tuple[float, ...]) -> np.ndarray:
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     with _QuietAbsl():
-        out = np.asarray(rdp._compute_rdp_poisson_subsampled_gaussian(q, z, list(orders)), dtype=np.float64)  # noqa: SLF001
+        step = rdp._compute_rdp_poisson_subsampled_gaussian  # noqa: SLF001 (no public per-step RDP)
+        out = np.asarray(step(q, z, list(orders)), dtype=np.float64)
     out.setflags(write=False)
     return out
 
