@@ -194,24 +194,6 @@ def _profile(pmf, eps: np.ndarray) -> np.ndarray:
     return np.clip(out, 0.0, 1.0)
 
 
-def _lower_convex_envelope(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Greatest convex minorant of (x_i, y_i), x increasing, at the x_i (monotone chain).
-
-    A privacy profile is convex in e^eps; if it lies below the points it lies below this
-    envelope, so replacing the points by their envelope keeps a connect-the-dots PLD
-    pessimistic while making its probabilities non-negative."""
-    hull: list[int] = []
-    for i in range(len(x)):
-        while len(hull) >= 2:
-            a, b = hull[-2], hull[-1]
-            if (y[b] - y[a]) * (x[i] - x[a]) >= (y[i] - y[a]) * (x[b] - x[a]):
-                hull.pop()
-            else:
-                break
-        hull.append(i)
-    return np.interp(x, x[hull], y[hull])
-
-
 def hidden_round_pld(r: StepRound):
     r"""PLD of the p-subsampled S-step round (user coin hidden), both directions exactly.
 
@@ -231,6 +213,8 @@ def hidden_round_pld(r: StepRound):
     monotone in the inner profiles, the result dominates the round.
     """
     from dp_accounting.pld import pld_pmf
+
+    from otafl.privacy.analysis.pld import lower_convex_envelope
 
     inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps)
     inner_remove, inner_add = inner._pmf_remove, inner._pmf_add  # noqa: SLF001 (no public accessor)
@@ -263,7 +247,7 @@ def hidden_round_pld(r: StepRound):
         x = np.exp(grid)
         slopes = np.diff(deltas) / np.diff(x)
         if np.any(np.diff(slopes) < -1e-6 * np.abs(slopes[1:])):  # not convex beyond round-off: take the minorant
-            deltas = np.minimum(_lower_convex_envelope(x, deltas), 1.0)
+            deltas = np.minimum(lower_convex_envelope(x, deltas), 1.0)
         pmfs[name] = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -n, n, deltas)
     return _pld_module().PrivacyLossDistribution(pmfs["remove"], pmfs["add"])
 
