@@ -123,20 +123,24 @@ def _ghost_sums(model: nn.Sequential, weights: Tensor, x: Tensor, y: Tensor, mas
     return torch.cat(pieces, dim=1), (ce.detach() * mask).sum(1)
 
 
-def _vmap_sums(model: nn.Module, weights: Tensor, x: Tensor, y: Tensor, mask: Tensor, clip: float
-               ) -> tuple[Tensor, Tensor]:
-    """``torch.func``: vmap over users of vmap over samples of grad (any model)."""
+def example_loss(model: nn.Module) -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    """loss(w [d], x_j [F], y_j []) -> the cross-entropy of one example at the flat parameters w
+    (registration order), for ``torch.func`` transforms."""
     names = [name for name, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
     sizes = [p.numel() for _, p in model.named_parameters()]
 
-    def unflatten(flat: Tensor) -> dict[str, Tensor]:
-        return {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
-
     def loss(flat: Tensor, xj: Tensor, yj: Tensor) -> Tensor:
-        return F.cross_entropy(functional_call(model, unflatten(flat), (xj[None],)), yj[None])
+        params = {n: t.view(s) for n, t, s in zip(names, torch.split(flat, sizes), shapes)}
+        return F.cross_entropy(functional_call(model, params, (xj[None],)), yj[None])
 
-    per_user = vmap(vmap(grad_and_value(loss), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
+    return loss
+
+
+def _vmap_sums(model: nn.Module, weights: Tensor, x: Tensor, y: Tensor, mask: Tensor, clip: float
+               ) -> tuple[Tensor, Tensor]:
+    """``torch.func``: vmap over users of vmap over samples of grad (any model)."""
+    per_user = vmap(vmap(grad_and_value(example_loss(model)), in_dims=(None, 0, 0)), in_dims=(0, 0, 0))
     g, ce = per_user(weights, x, y)  # [n, b, d], [n, b]
     factor = clip / torch.linalg.vector_norm(g, dim=-1).clamp(min=clip) * mask
     return torch.einsum("nb,nbd->nd", factor, g), (ce.detach() * mask).sum(1)
@@ -236,15 +240,7 @@ def local_updates_loop(model: nn.Module, start: Tensor, x_train: Tensor, y_train
     """Reference for :func:`local_updates`: a Python loop over users, each running its S steps
     with per-example gradients from ``torch.func.vmap(grad)`` over its own minibatch. Same
     draws, same result (up to float rounding); the benchmark's per-user baseline."""
-    names = [name for name, _ in model.named_parameters()]
-    shapes = [p.shape for _, p in model.named_parameters()]
-    sizes = [p.numel() for _, p in model.named_parameters()]
-
-    def loss(flat, xj, yj):
-        params = {k: t.view(s) for k, t, s in zip(names, torch.split(flat, sizes), shapes)}
-        return F.cross_entropy(functional_call(model, params, (xj[None],)), yj[None])
-
-    per_example = vmap(grad(loss), in_dims=(None, 0, 0))
+    per_example = vmap(grad(example_loss(model)), in_dims=(None, 0, 0))
     out = []
     for k in range(index.shape[0]):
         w = (start if start.dim() == 1 else start[k]).clone()
