@@ -27,6 +27,13 @@ columns -- which speeds every method up alike and is left out here so that the f
 the issue's "all 6,400 samples".) ``peak_rss_mib`` is the peak resident memory of a
 separate process running a short two-layer paper-preset training (``otafl run``).
 
+Local steps (``train.algorithm = "fedavg"``, S = ``--local-steps`` = 5, single-layer, p = 1 so all
+K = 200 users run): the batched round (:func:`otafl.fl.local.local_updates`: every participant's
+per-example clipped gradients in one forward and backward per step, then transmit, MAC, estimate,
+server step) against a per-user loop (:func:`otafl.fl.local.local_updates_loop`: each user's S
+steps with ``torch.func.vmap(grad)`` over its own minibatch, then the same round), on the same
+Poisson masks and noise (drawn before timing): ``speedup_vs_loop_local_steps``.
+
     python benchmarks/bench_round.py                # table
     python benchmarks/bench_round.py --json         # JSON (keys documented in README)
 """
@@ -62,6 +69,7 @@ from otafl.fl.grads import (
     user_gradients,
 )
 from otafl.device import DEVICES, resolve_device
+from otafl.fl.local import build_local_steps, local_updates, local_updates_loop
 from otafl.fl.optim import bind_flat_grad, make_optimizer
 from otafl.fl.round import AGGREGATORS
 from otafl.setup import build_run
@@ -243,6 +251,47 @@ def time_methods(model_key: str, device: torch.device, repeats: int, inner: int 
     return medians
 
 
+def time_local_steps(device: torch.device, repeats: int, steps: int = 5) -> dict[str, float]:
+    """Median seconds per local-steps round (FedAvg, S = ``steps``, single-layer, all K users), batched
+    and per-user loop, on the same draws (module docstring)."""
+    spec = load_spec(PAPER_SPEC, PRESET + MODELS["single"] + ["train.algorithm='fedavg'", f"train.local_steps={steps}"])
+    run = build_run(spec, device=device)
+    x, y = run.data.x_train.to(device), run.data.y_train.to(device)
+    local = build_local_steps(spec, run, x, y)
+    setup, aggregate = run.channel.setup, AGGREGATORS[spec.train.aggregation]
+    fading, gain, gens = run.channel.fading, run.channel.large_scale_gain, run.generators
+    K = spec.data.users
+    users = torch.arange(K, device=device)
+    active = torch.ones(K, dtype=torch.bool, device=device)
+    kw = dict(local_lr=local.lr, record_sampling=local.q, record_clip=local.C, step_noise=local.sigma)
+
+    def finish(u: Tensor) -> None:  # transmit (L / B) u_k, MAC, estimate, server step: as in the loop
+        h = fading.sample(1, gain, gens["fading"])[0].to(device)
+        agg = aggregate(StackedGradients(u * (local.L / local.bound)), h, active, setup, gens["noise"])
+        local.apply(estimate_known(agg.aligned_sum, agg.participants), participants=agg.participants, mu=K,
+                    unknown=False)
+
+    def batched(draws):
+        finish(local_updates(local.model, local.weights, x, y, local.index, local.counts, iter(draws), **kw)[0])
+
+    def loop(draws):
+        finish(local_updates_loop(local.model, local.weights, x, y, local.index, local.counts, draws, **kw))
+
+    times = {"local_steps": [], "local_steps_loop": []}
+    batched(list(local._draws(users, steps, local.q)))  # warm-up
+    loop(list(local._draws(users, 1, local.q)))
+    for r in range(repeats):
+        draws = list(local._draws(users, steps, local.q))
+        for name, fn in ((("local_steps", batched), ("local_steps_loop", loop)) if r % 2 == 0
+                         else (("local_steps_loop", loop), ("local_steps", batched))):
+            _sync(device)
+            t0 = time.perf_counter()
+            fn(draws)
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
 def peak_rss_mib(rounds: int = 20, device: str = "cpu") -> float:
     """Peak RSS (MiB) of ``otafl run`` on the two-layer paper preset in a child process.
 
@@ -272,6 +321,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads [2]")
     parser.add_argument("--rss-rounds", type=int, default=20,
                         help="rounds of the peak-RSS training run (0: skip) [20]")
+    parser.add_argument("--local-steps", type=int, default=5, help="S of the local-steps round [5]")
+    parser.add_argument("--local-repeats", type=int, default=3, help="repeats of the local-steps round [3]")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -289,6 +340,11 @@ def main(argv: list[str] | None = None) -> dict:
         out[f"speedup_vs_loop_{key}"] = med["loop"] / med["round"]
         out[f"speedup_vs_opacus_{key}"] = med["opacus"] / med["round"]
         out[f"speedup_vs_vmap_{key}"] = med["vmap"] / med["round"]
+    local = time_local_steps(device, args.local_repeats, args.local_steps)
+    out["local_steps"] = args.local_steps
+    out["median_s_local_steps_single"] = local["local_steps"]
+    out["median_s_local_steps_loop_single"] = local["local_steps_loop"]
+    out["speedup_vs_loop_local_steps"] = local["local_steps_loop"] / local["local_steps"]
 
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -302,6 +358,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{key}: round / floor {out[f'overhead_vs_floor_{key}']:.2f}; speed-up vs loop "
                   f"{out[f'speedup_vs_loop_{key}']:.1f}x, opacus {out[f'speedup_vs_opacus_{key}']:.1f}x, "
                   f"vmap {out[f'speedup_vs_vmap_{key}']:.1f}x")
+        print(f"local steps (fedavg, S = {args.local_steps}, single, all users): "
+              f"{1e3 * out['median_s_local_steps_single']:.0f} ms batched vs "
+              f"{1e3 * out['median_s_local_steps_loop_single']:.0f} ms per-user loop: "
+              f"{out['speedup_vs_loop_local_steps']:.1f}x")
         if "peak_rss_mib" in out:
             print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: "
                   f"{out['peak_rss_mib']:.0f} MiB")

@@ -66,6 +66,8 @@ class TransmitSpec:
     sigma2: float | list[float] = 0.1  # artificial noise variance; scalar, per group or per user
     alignment: str = "min"  # min | truncate
     threshold: float | None = None  # truncate: users with h below stay silent
+    record_clip: float = 1.0  # C, per-example clipping of the local steps (fedavg, scaffold)
+    step_noise: float = 1.0  # sigma, Gaussian noise per local step in units of C (fedavg, scaffold)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,12 @@ class TrainSpec:
     eval_every: int = 10
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
+    algorithm: str = "fedsgd"  # fedsgd | fedavg | scaffold (docs/model.md#local-steps)
+    local_steps: int = 1  # S, local DP-SGD steps per round (fedavg, scaffold; fedsgd takes one)
+    local_lr: float = 0.1  # eta_l, the local steps' learning rate
+    server_lr: float | None = None  # eta_g on the averaged update (default 1 for fedavg, scaffold)
+    record_sampling: float = 0.5  # q, Poisson rate of a record per local step
+    scaffold_warm_start: bool = False  # scaffold: c_k from one full noisy local gradient first
 
 
 @dataclass(frozen=True)
@@ -240,7 +248,16 @@ def spec_from_mapping(raw: Mapping[str, Any], *, base_dir: Path | None = None,
         built[section] = cls(**{k: _coerce(section, k, v, cls) for k, v in body.items()})
     spec = Spec(**built)
     validate(spec)
-    return spec
+    return with_steps_accountant(spec)
+
+
+def with_steps_accountant(spec: Spec) -> Spec:
+    """Local-steps algorithms are accounted by ``steps`` (docs/privacy.md#steps): add it to
+    ``privacy.accountants`` when the spec does not list it."""
+    accountants = as_list(spec.privacy.accountants)
+    if spec.train.algorithm == "fedsgd" or "steps" in accountants:
+        return spec
+    return dataclasses.replace(spec, privacy=dataclasses.replace(spec.privacy, accountants=[*accountants, "steps"]))
 
 
 def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Spec:
@@ -263,7 +280,7 @@ def spec_from_dict(d: Mapping[str, Any]) -> Spec:
 _TYPES = {
     ("data", "users"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
-    ("train", "seed"): int,
+    ("train", "seed"): int, ("train", "local_steps"): int,
 }
 
 
@@ -326,6 +343,7 @@ def registries() -> dict[str, Any]:
     from otafl.data import DATASETS, SPLITS
     from otafl.device import DEVICES
     from otafl.estimate import ESTIMATORS
+    from otafl.fl.local import ALGORITHMS
     from otafl.fl.optim import OPTIMIZERS
     from otafl.fl.round import AGGREGATORS, SUPERPOSITIONS
     from otafl.models import MODELS
@@ -338,8 +356,34 @@ def registries() -> dict[str, Any]:
         "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
         "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
-        "privacy.accountants": ACCOUNTANTS,
+        "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS,
     }
+
+
+def _validate_local_steps(spec: Spec, algorithms) -> None:
+    """The local-steps keys (docs/model.md#local-steps); fedsgd takes one step and ignores the rest."""
+    tr, tx = spec.train, spec.transmit
+    _names("train.algorithm", tr.algorithm, algorithms)
+    check_range("train.local_steps", tr.local_steps, 1, None)
+    check_range("train.local_lr", tr.local_lr, 0, None, lo_open=True)
+    if tr.server_lr is not None:
+        check_range("train.server_lr", tr.server_lr, 0, None, lo_open=True)
+    check_range("train.record_sampling", tr.record_sampling, 0, 1, lo_open=True)
+    check_range("transmit.record_clip", tx.record_clip, 0, None, lo_open=True)
+    check_range("transmit.step_noise", tx.step_noise, 0, None)
+    if tr.algorithm == "fedsgd":
+        if tr.local_steps != 1:
+            raise OtaflInputError(f"train.local_steps = {tr.local_steps} needs train.algorithm = 'fedavg' or "
+                                  "'scaffold' (fedsgd takes one step per round)")
+        if tr.server_lr is not None:
+            raise OtaflInputError("train.server_lr is for fedavg and scaffold; fedsgd steps with train.optimizer "
+                                  "at train.lr")
+    elif tr.weight_decay:
+        raise OtaflInputError(f"train.weight_decay = {tr.weight_decay!r} is outside the allowed range [0, 0] "
+                              f"for train.algorithm = {tr.algorithm!r} (no weight decay in the local steps)")
+    if tr.scaffold_warm_start and tr.algorithm != "scaffold":
+        raise OtaflInputError(f"train.scaffold_warm_start = true needs train.algorithm = 'scaffold' "
+                              f"(found {tr.algorithm!r})")
 
 
 def validate(spec: Spec) -> None:
@@ -399,6 +443,7 @@ def validate(spec: Spec) -> None:
     check_range("train.eval_every", tr.eval_every, 1, None)
     check_range("train.seed", tr.seed, 0, 2**32 - 1)
     _names("train.device", tr.device, names["train.device"])
+    _validate_local_steps(spec, names["train.algorithm"])
     check_range("privacy.delta_l", pv.delta_l, 0, 1, lo_open=True, hi_open=True)
     if isinstance(pv.delta_prime, str):
         if pv.delta_prime != "auto":

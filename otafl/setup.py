@@ -30,7 +30,8 @@ from otafl.sampling import SAMPLING_SCHEMES, SamplingScheme, make_sampling
 from otafl.transmit import ChannelSetup, assign_groups, max_power, resolve_noise_var, resolve_per_user
 
 #: Independent random streams of a run, each a child of ``train.seed`` (:func:`make_generators`).
-STREAMS = ("data", "model", "fading", "coins", "noise")
+#: ``local`` (the local steps' DP noise) is last: the children before it do not depend on it.
+STREAMS = ("data", "model", "fading", "coins", "noise", "local")
 
 
 def make_generators(seed: int, device: torch.device | str = "cpu") -> dict[str, torch.Generator]:
@@ -44,7 +45,7 @@ def make_generators(seed: int, device: torch.device | str = "cpu") -> dict[str, 
     children = np.random.SeedSequence(seed).spawn(len(STREAMS))
     gens = {}
     for name, child in zip(STREAMS, children):
-        g = torch.Generator(device=device if name == "noise" else torch.device("cpu"))
+        g = torch.Generator(device=device if name in ("noise", "local") else torch.device("cpu"))
         g.manual_seed(int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)))
         gens[name] = g
     return gens

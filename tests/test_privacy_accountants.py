@@ -139,8 +139,9 @@ def test_undefined_points_are_infinite_with_a_reason_and_do_not_raise():
         # sigma^2 = 0 and N0 = 0: nothing protects anybody.
         assert b.reason[2] & REASON_NO_LOCAL_NOISE and b.reason[2] & REASON_NO_CENTRAL_NOISE
         assert b.epsilon_central[2] == math.inf and b.epsilon_local[2] == math.inf
-        if name == "exact":
-            # no concentration step: p = 0.02 (mu = 4) still has a finite exact bound
+        if name in ("exact", "steps"):
+            # no concentration step (exact) / a quantile whose failure is charged to delta
+            # (steps): p = 0.02 (mu = 4) still has a finite bound
             assert b.reason[0] == 0 and math.isfinite(b.epsilon_central[0])
             continue
         # p = 0.02: mu = 4, auto delta' = 2 exp(-0.16) + 1e-5 > 1.
@@ -268,13 +269,15 @@ def test_account_run_rejects_unknown_accountant_and_bad_delta():
 def test_registry_is_the_single_source_of_names():
     from otafl.privacy.accountants import exact_round, get_accountant
 
-    assert {ACCOUNTANTS[n].round_bound for n in ("paper", "tight", "exact")} == {paper_round, tight_round,
-                                                                                 exact_round}
+    from otafl.privacy.accountants.steps import steps_round
+
+    assert {ACCOUNTANTS[n].round_bound for n in ("paper", "tight", "exact", "steps")} == {
+        paper_round, tight_round, exact_round, steps_round}
     for name, acc in ACCOUNTANTS.items():  # contract: every registered accountant bounds a small grid
         b = acc.bound(participation_prob=torch.tensor([0.3, 0.9], dtype=torch.float64), users=50,
                       noise_var=0.5, sensitivity=2.0, alignment_gain=1.0, n0=1.0, delta_l=1e-5, dim=20)
         assert b.epsilon_central.shape == (2,) and bool((b.epsilon_central >= 0).all()), name
         assert bool((b.epsilon_local >= 0).all()), name
     assert all(get_accountant(n) is a and a.name == n for n, a in ACCOUNTANTS.items())
-    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{exact, paper, tight\}"):
+    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{exact, paper, steps, tight\}"):
         get_accountant("magic")

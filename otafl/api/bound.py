@@ -33,6 +33,7 @@ from otafl.privacy.accountants import (
     get_accountant,
     reason_text,
 )
+from otafl.privacy.accountants.steps import steps_totals
 
 __all__ = ["GRID_AXES", "bound_grid", "channel_gain_floor"]
 
@@ -95,7 +96,9 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                snr_db: Sequence[float], accountants: Sequence[str], delta_l: float = 1e-5,
                delta_prime: float | str = "auto", n0: float | None = None, dim: int = PAPER_DIM,
                rounds: int | None = None, channel: str | None = None, seed: int = 0,
-               delta_target: float | None = None, device: str | torch.device = "cpu") -> dict[str, Any]:
+               delta_target: float | None = None, device: str | torch.device = "cpu", local_steps: int = 1,
+               record_sampling: float = 1.0, step_noise: float | None = None, composition: str = "pld",
+               user_sampling: str = "revealed") -> dict[str, Any]:
     """Evaluate the accountants on the product grid of the five axes.
 
     Parameters
@@ -117,6 +120,11 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         (:func:`channel_gain_floor`).
     delta_target : total delta of the composed totals [default: basic composition's + delta_l].
     device : where the tensors live.
+    local_steps, record_sampling, step_noise, composition, user_sampling : read by the
+        ``steps`` accountant only (S, q, sigma in units of C, ``pld`` | ``rdp`` |
+        ``rdp-classic``, ``revealed`` | ``hidden``; docs/privacy.md#steps). ``step_noise`` None:
+        its FedSGD reading (one step of sensitivity 2L with noise sqrt(sigma2)). Its totals
+        compose the rounds' mechanisms with ``composition`` (the ``composition`` column).
 
     Returns
     -------
@@ -151,6 +159,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         check_range("rounds", rounds, lo=1)
     accs = [get_accountant(a) for a in accountants]
     f64 = dict(dtype=torch.float64, device=device)
+    steps_kwargs = dict(local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
+                        composition=composition, user_sampling=user_sampling)
 
     info = None
     if channel is not None:
@@ -190,7 +200,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     rows_by_acc = {}
     for acc in accs:
         bound = acc.bound(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L, alignment_gain=c,
-                          n0=n0, delta_l=delta_l, delta_prime=delta_prime, dim=int(dim))
+                          n0=n0, delta_l=delta_l, delta_prime=delta_prime, dim=int(dim),
+                          **(steps_kwargs if acc.name == "steps" else {}))
         if T is not None:
             per_round = bound
             bound = _worst_round(per_round)
@@ -198,7 +209,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         elif rounds is not None:
             over_rounds = _map_fields(bound, lambda v: v.unsqueeze(-1).expand(*v.shape, rounds))
         totals = None
-        if rounds is not None:
+        if rounds is not None and acc.name == "steps":  # the rounds' mechanisms composed (channel-free)
+            totals = steps_totals(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L, delta_l=delta_l,
+                                  rounds=rounds, delta_prime=delta_prime, delta_target=delta_target, **steps_kwargs)
+        elif rounds is not None:
             totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l)
         rows_by_acc[acc.name] = (bound, totals)
 
@@ -226,13 +240,16 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                    "classic_valid_local": bool(flat["classic_valid_local"][i]),
                    "defined": flat["reason"][i] == 0, "reason": reason_text(flat["reason"][i])}
             if totals is not None:
+                steps = name == "steps"
                 row.update({"rounds": rounds,
                             "epsilon_local_total": flat["epsilon_local_total"][i],
                             "delta_local_total": flat["delta_local_total"][i],
                             "epsilon_central_total": flat["epsilon_central_total"][i],
                             "delta_central_total": flat["delta_central_total"][i],
-                            "composition": composition_name(int(flat["composition_central"][i])),
-                            "composition_local": composition_name(int(flat["composition_local"][i]))})
+                            "composition": composition if steps else
+                            composition_name(int(flat["composition_central"][i])),
+                            "composition_local": composition if steps else
+                            composition_name(int(flat["composition_local"][i]))})
             rows.append(row)
     meta = {
         "command": "bound", "accountants": [a.name for a in accs], "grid": dict(zip(GRID_AXES, (
@@ -244,6 +261,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                       "rounds)") if info is not None else
                      "h = 1: c = sqrt(P / (L^2 + d sigma^2)), P = 10^(snr_db/10) d N0 (N0 = 1 reference if N0 = 0)",
         "channel": info, "seed": seed if info is not None else None, "device": str(device),
+        **({"steps": {**steps_kwargs, "sensitivity": "record_clip C (step_noise in units of C)" if step_noise
+                      is not None else "2 * clip (FedSGD reading)"}} if "steps" in [a.name for a in accs] else {}),
         "reasons": {str(k): v for k, v in REASONS.items()},
         "non_finite": f"{JSON_NON_FINITE} (see defined/reason)",
     }

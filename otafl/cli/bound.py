@@ -36,10 +36,23 @@ from otafl.report.text import bound_text
                    "as `otafl run` does for the same preset and seed, instead of h = 1.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the run whose fading is drawn (train.seed; --channel).")
+@click.option("--local-steps", "local_steps", type=int, default=1, show_default=True,
+              help="steps accountant: S, local DP-SGD steps per round.")
+@click.option("--record-sampling", "record_sampling", type=float, default=1.0, show_default=True,
+              help="steps accountant: q, Poisson rate of a record per local step, in (0, 1].")
+@click.option("--step-noise", "step_noise", type=float, default=None,
+              help="steps accountant: sigma, one user's noise per step in units of the clip C [default: none, "
+                   "the FedSGD reading: one step, noise sqrt(sigma2), sensitivity 2L].")
+@click.option("--composition", type=click.Choice(["pld", "rdp", "rdp-classic"]), default="pld", show_default=True,
+              help="steps accountant: privacy-loss distributions, RDP (improved conversion) or RDP with the "
+                   "classic conversion eps = rdp + log(1/delta)/(alpha - 1).")
+@click.option("--user-sampling", "user_sampling", type=click.Choice(["revealed", "hidden"]), default="revealed",
+              show_default=True, help="steps accountant: whether a user's participation may be visible "
+                                      "(docs/privacy.md#steps).")
 @output_options
 @click.pass_context
 def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_target,
-          channel, seed, fmt, device):
+          channel, seed, local_steps, record_sampling, step_noise, composition, user_sampling, fmt, device):
     """Per-round local and central DP bounds (and totals with --rounds) on a grid, no training."""
     explicit = {name for name in ("users", "snr_db")
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
@@ -50,5 +63,7 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
         sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
         snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
         delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
-        channel=channel, seed=seed, delta_target=delta_target, device=resolve_device(device))
+        channel=channel, seed=seed, delta_target=delta_target, device=resolve_device(device),
+        local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise, composition=composition,
+        user_sampling=user_sampling)
     echo_result(result, fmt, bound_text)

@@ -23,8 +23,10 @@ from otafl.data import gather_rows, sample_minibatches
 from otafl.estimate import ESTIMATORS
 from otafl.fl.optim import bind_flat_grad, make_optimizer
 from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
+from otafl.fl.local import build_local_steps
 from otafl.fl.round import AGGREGATORS, channel_only
 from otafl.privacy.accountants import PrivacyResult, account_run
+from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.facts import RoundFacts
 from otafl.sampling import draw_participants
 from otafl.setup import build_run
@@ -50,7 +52,8 @@ def evaluate(model: torch.nn.Module, x: Tensor, y: Tensor, batch: int = 4096) ->
 def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                    on_round: Callable[[dict], None] | None = None,
                    delta_target: float | None = None) -> RunResult:
-    """Train FedSGD over the simulated channel described by ``spec``.
+    """Train FedSGD (or, with ``train.algorithm``, DP-FedAvg / DP-SCAFFOLD with local steps,
+    :mod:`otafl.fl.local`) over the simulated channel described by ``spec``.
 
     ``train=False`` draws the same channel, coins and alignment gains but computes no
     gradients and leaves the model untouched: the privacy accounting of the run, fast
@@ -74,24 +77,50 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     opt = make_optimizer(tr.optimizer, params, tr.lr)
     flat_grad = bind_flat_grad(params)
     sensitivity = 2.0 * tx.clip  # minibatch clipping: one record moves g_k anywhere in the L-ball
+    local = build_local_steps(spec, run, x_train, y_train)  # None for fedsgd
+    step_facts = {} if local is None else dict(  # what the `steps` accountant reads (docs/privacy.md#steps)
+        local_steps=local.S, record_sampling=local.q, step_noise=local.sigma, record_clip=local.C,
+        update_clip_failure=local.update_clip_failure)
 
     records: list[dict] = []
     facts: list[RoundFacts] = []
     test_acc = math.nan
+    warm = None
+    if local is not None and local.warm_start:  # SCAFFOLD-warm: one extra transmission of every user's c_k
+        everyone = torch.ones(K, dtype=torch.bool, device=dev)
+        if train:
+            warm_grads, _ = local.warm_start_gradients()
+            warm = aggregate(warm_grads, h_all[0], everyone, setup, gens["noise"], superposition=tr.superposition)
+        else:
+            warm = channel_only(h_all[0], everyone, setup, tr.aggregation)
+        c_hat = estimate(warm.aligned_sum, participants=warm.participants, mu=float(warm.eligible.sum()))
+        if train and c_hat is not None and warm.participants > 0:
+            local.apply_warm_start(c_hat)
+        facts.append(RoundFacts(
+            participation_prob=warm.eligible.to(torch.float64).cpu(),
+            noise_var=setup.noise_var.to(torch.float64).cpu() if tr.aggregation == "ota"
+            else torch.zeros(K, dtype=torch.float64),
+            alignment_gain=warm.alignment_gain if tr.aggregation == "ota" else math.inf,
+            n0=ch.n0 if tr.aggregation == "ota" else 0.0, sensitivity=sensitivity, dim=dim,
+            participants=warm.participants, **{**step_facts, "local_steps": 1, "record_sampling": 1.0}))
     for t in range(T):
         h, p = h_all[t], p_all[t]
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
-        idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
-        if t == 0:  # once per run: the users' feature sketches, for the first layer's norms
-            input_sketch = InputSketch.build(x_train, split) if train and supports_ghost(model) else None
-            if input_sketch is not None and not input_sketch.pays_off(model[0], ds.batch_size):
-                input_sketch = None
-        idx, weight = idx.to(dev)[active], weight.to(dev)[active]
-        carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
-        if not bool(carries.all()):  # they add nothing (e.g. b = 32 > D_k = 20 on embedded MNIST)
-            idx, weight = idx[:, carries], weight[:, carries]
+        if local is None:
+            idx, weight = sample_minibatches(split, ds.batch_size, gens["data"])
+            if t == 0:  # once per run: the users' feature sketches, for the first layer's norms
+                input_sketch = InputSketch.build(x_train, split) if train and supports_ghost(model) else None
+                if input_sketch is not None and not input_sketch.pays_off(model[0], ds.batch_size):
+                    input_sketch = None
+            idx, weight = idx.to(dev)[active], weight.to(dev)[active]
+            carries = (weight > 0).any(dim=0)  # drop columns that are padding (weight 0) for every user:
+            if not bool(carries.all()):  # they add nothing (e.g. b = 32 > D_k = 20 on embedded MNIST)
+                idx, weight = idx[:, carries], weight[:, carries]
         n_active = int(active.sum()) if train else 0
-        if n_active:
+        if n_active and local is not None:
+            # S local DP-SGD steps of every participant at once; the transmit vectors (L / B) u_k
+            grads, train_loss, clipped_fraction = local.gradients(active)
+        elif n_active:
             # ghost norms + one backward for nn.Sequential MLPs, torch.func vmap otherwise
             grads = user_gradients(model, gather_rows(x_train, idx), gather_rows(y_train, idx), weight,
                                    weight_decay=tr.weight_decay,
@@ -109,7 +138,9 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         mu = float(p_eff.sum())
         n_tx = agg.participants
         g_hat = estimate(agg.aligned_sum, participants=n_tx, mu=mu)
-        if train and g_hat is not None and n_tx > 0:
+        if train and g_hat is not None and n_tx > 0 and local is not None:
+            local.apply(g_hat, participants=n_tx, mu=mu, unknown=spec.estimator.kind == "unknown")
+        elif train and g_hat is not None and n_tx > 0:
             flat_grad.copy_(g_hat)
             opt.step()
         if train and ((t + 1) % tr.eval_every == 0 or t == T - 1):
@@ -137,14 +168,20 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             else torch.zeros(K, dtype=torch.float64),
             alignment_gain=agg.alignment_gain if tr.aggregation == "ota" else math.inf,
             n0=ch.n0 if tr.aggregation == "ota" else 0.0,
-            sensitivity=sensitivity, dim=dim, participants=n_tx))
+            sensitivity=sensitivity, dim=dim, participants=n_tx, **step_facts))
         if on_round is not None:
             on_round(rec)
 
-    privacy = account_run(facts, accountants=spec.privacy.accountants, delta_l=spec.privacy.delta_l,
+    names = list(spec.privacy.accountants)
+    privacy = account_run(facts, accountants=[a for a in names if a != "steps"], delta_l=spec.privacy.delta_l,
                           delta_prime=spec.privacy.delta_prime, delta_target=delta_target)
+    if "steps" in names:  # composed by its own run-level function (local steps: not one Gaussian per round)
+        steps = account_steps(facts, delta_l=spec.privacy.delta_l, delta_prime=spec.privacy.delta_prime,
+                              delta_target=delta_target)
+        privacy = PrivacyResult({a: steps if a == "steps" else privacy[a] for a in names})
+    offset = 0 if warm is None else 1  # the warm-start transmission comes first in the facts
     for t, rec in enumerate(records):
-        rec.update(privacy.round_fields(t))
+        rec.update(privacy.round_fields(t + offset))
     summary = {
         "final_test_accuracy": test_acc,
         "rounds": T,
@@ -153,6 +190,9 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         "mean_participants": float(np.mean([r["participants"] for r in records])),
         "scheme": sm.scheme,
         "aggregation": tr.aggregation,
+        **({"algorithm": tr.algorithm, "local_steps": local.S, "update_norm_bound": local.bound,
+            "warm_start_participants": None if warm is None else warm.participants,
+            "warm_start_power_ratio": None if warm is None else warm.max_power_ratio} if local is not None else {}),
         "estimator": spec.estimator.kind,
         "model": spec.model.name,
         "dataset": data.name,
@@ -160,7 +200,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         "device": str(dev),
         "final_train_loss": next((r["train_loss"] for r in reversed(records)
                                   if not math.isnan(r["train_loss"])), math.nan),
-        "max_power_ratio": max(r["max_power_ratio"] for r in records),
+        "max_power_ratio": max([r["max_power_ratio"] for r in records] + ([warm.max_power_ratio] if warm else [])),
         "delta_l": spec.privacy.delta_l,
         **privacy.summary_fields(),
         "wall_seconds": time.perf_counter() - t0,

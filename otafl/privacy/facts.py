@@ -33,6 +33,17 @@ class RoundFacts:
     dim : int                         -- model dimension d.
     participants : int                -- realised |K_t|; informational only, accountants
                                          must not use it (the adversary does not see it).
+
+    Local steps (read by the ``steps`` accountant only; the defaults describe FedSGD):
+
+    local_steps : int                 -- S, DP-SGD steps per participant and round.
+    record_sampling : float           -- q, Poisson rate of a record per local step.
+    step_noise : float or None        -- sigma, the per-step noise multiplier of one user
+                                         (std / record_clip); None: no step noise (FedSGD).
+    record_clip : float or None       -- C, the per-example clipping norm of the local steps
+                                         (their add/remove sensitivity); None: FedSGD.
+    update_clip_failure : float       -- probability that some transmitter's update was
+                                         clipped at the power normalisation (added to delta).
     """
 
     participation_prob: Tensor
@@ -42,6 +53,11 @@ class RoundFacts:
     sensitivity: float
     dim: int
     participants: int
+    local_steps: int = 1
+    record_sampling: float = 1.0
+    step_noise: float | None = None
+    record_clip: float | None = None
+    update_clip_failure: float = 0.0
 
 
 def stack_facts(facts: list[RoundFacts]) -> dict[str, Tensor]:

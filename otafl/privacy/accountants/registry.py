@@ -13,6 +13,7 @@ from otafl.errors import OtaflInputError
 from otafl.privacy.accountants.base import RoundBound, evaluate_in_chunks
 from otafl.privacy.accountants.exact import exact_round
 from otafl.privacy.accountants.paper import paper_round
+from otafl.privacy.accountants.steps import steps_round
 from otafl.privacy.accountants.tight import tight_round
 
 __all__ = ["Accountant", "ACCOUNTANTS", "get_accountant"]
@@ -37,6 +38,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
                         "exact Poisson-binomial quantile, analytic Gaussian, channel noise included, unamplified LDP"),
     "exact": Accountant("exact", exact_round,
                         "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
+    "steps": Accountant("steps", steps_round, "local DP-SGD steps, sum-dominated over the participants (add/remove)"),
 }
 """Accountants by name (``click.Choice(sorted(ACCOUNTANTS))``)."""
 

@@ -1,0 +1,264 @@
+"""The ``steps`` accountant: record-level DP of S local DP-SGD steps per round (docs/privacy.md#steps).
+
+Each participant runs S steps of DP-SGD (Poisson record sampling at rate q, per-example
+clipping to C, Gaussian noise sigma C per step) and the MAC delivers only the sum of the
+participants' updates. By sum-domination (Heikkilä et al., Thm. 4.6) a round is S steps of
+one Poisson-subsampled Gaussian whose noise is the participants' summed noise,
+sigma sqrt(n) in units of C for n participants. The unknown n is replaced by a lower
+quantile m_t of 1 + (number of *other* participants), a data-independent count, whose
+failure probability is added to delta; a record is only used when its user takes part
+(user rate p). The pure math is :mod:`otafl.privacy.analysis.steps`.
+
+Central DP (third parties observing the released models): per round the mechanism
+STEPS(p_max, q, sigma sqrt(m_t), S); over the rounds the composition of those.
+Local DP (a server colluding with the other users): the user's own S-step DP-SGD,
+STEPS(1, q, sigma, S) per round, no sum benefit and no user-sampling amplification.
+
+Called with the common accountant arguments only (``step_noise=None``), it reads a
+FedSGD round the same way: one step (S = 1, q = 1) of sensitivity Delta whose per-user
+noise is the artificial noise, sqrt(sigma_k^2) / Delta in units of Delta; the channel
+noise, added after the sum, is post-processing and ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from otafl.errors import OtaflInputError, check_range
+from otafl.privacy.accountants.base import (
+    REASON_NO_CENTRAL_NOISE,
+    REASON_NO_LOCAL_NOISE,
+    RoundBound,
+    prepare_round,
+    reason_text,
+)
+from otafl.privacy.analysis.concentration import binomial_lower_quantile, poisson_binomial_lower_quantile
+from otafl.privacy.analysis.steps import (
+    USER_SAMPLING,
+    StepRound,
+    check_composition,
+    compose_epsilon,
+    round_epsilon,
+    subsampled_gaussian_epsilon,
+)
+from otafl.privacy.facts import RoundFacts
+
+__all__ = ["AUTO_COUNT_FAILURE", "steps_round", "steps_totals", "round_mechanisms", "facts_kwargs"]
+
+AUTO_COUNT_FAILURE = 1e-2
+"""``delta_prime = "auto"``: the count quantile's failure probability is this times delta_l per round."""
+
+_P_GRID = 1e-3  # user rates are rounded up to a geometric grid of this ratio before the numerical paths
+
+
+def _grid_up(p: float) -> float:
+    if p <= 0.0 or p >= 1.0:
+        return p
+    step = math.log1p(_P_GRID)
+    return min(1.0, math.exp(math.ceil(math.log(p) / step - 1e-9) * step))
+
+
+def _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, update_clip_failure):
+    if isinstance(local_steps, bool) or int(local_steps) != local_steps or local_steps < 1:
+        raise OtaflInputError(f"local_steps = {local_steps!r} is outside the allowed range (integers >= 1)")
+    check_range("record_sampling", record_sampling, lo=0.0, hi=1.0, lo_open=True)
+    if step_noise is None:
+        if local_steps != 1 or record_sampling != 1.0:
+            raise OtaflInputError("local_steps and record_sampling need step_noise (the per-step noise multiplier)")
+    else:
+        check_range("step_noise", step_noise, lo=0.0)
+    check_composition(composition)
+    if user_sampling not in USER_SAMPLING:
+        raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
+    check_range("update_clip_failure", update_clip_failure, lo=0.0, hi=1.0)
+
+
+def _epsilons(rate, noise, steps: int, q: float, delta, composition: str, user_sampling: str) -> torch.Tensor:
+    """eps at delta of STEPS(rate, q, noise, steps) per grid point ([B] tensors).
+
+    One step with the PLD composition has a closed form (:func:`subsampled_gaussian_epsilon`);
+    otherwise each distinct (rate, noise, delta) is accounted numerically (memoised), with the
+    rate rounded up to a fine grid (conservative) so that runs with varying p reuse results.
+    """
+    if steps == 1 and composition == "pld":
+        if user_sampling == "hidden":
+            return subsampled_gaussian_epsilon(rate=rate * q, noise_multiplier=noise, delta=delta)
+        # revealed: (p PLD_1 + (1 - p) identity) at delta is the step at delta / p
+        target = torch.where(rate > 0, delta / rate.clamp(min=1e-300), torch.ones_like(delta))
+        eps = subsampled_gaussian_epsilon(rate=torch.full_like(rate, q), noise_multiplier=noise,
+                                          delta=target.clamp(max=1.0))
+        return torch.where((rate > 0) & (target < 1), eps, torch.zeros_like(eps))
+    out = []
+    for p, z, d in zip(rate.tolist(), noise.tolist(), delta.tolist()):
+        r = StepRound(_grid_up(p), q, z, steps, user_sampling)
+        out.append(round_epsilon(r, d, composition))
+    return torch.tensor(out, dtype=torch.float64, device=rate.device)
+
+
+def _round_parts(*, participation_prob, noise_var, alignment_gain, n0, sensitivity, delta_l, delta_prime, users,
+                 dim, step_noise):
+    """Validated inputs, p_max, the count quantile m_t, the charged tail and sigma, on the grid."""
+    if isinstance(delta_prime, str):
+        if delta_prime != "auto":
+            raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
+        check_range("delta_l", float(torch.as_tensor(delta_l, dtype=torch.float64).reshape(-1)[0]), lo=0.0, hi=1.0,
+                    lo_open=True, hi_open=True)
+        delta_prime = AUTO_COUNT_FAILURE * torch.as_tensor(delta_l, dtype=torch.float64)
+    x = prepare_round(participation_prob=participation_prob, noise_var=noise_var, alignment_gain=alignment_gain,
+                      n0=n0, sensitivity=sensitivity, delta_l=delta_l, delta_prime=delta_prime, users=users, dim=dim)
+    b = x.batch
+    dev = x.participation_prob.device
+    beta = torch.broadcast_to(x.delta_prime, b)
+    if x.uniform:
+        p = torch.broadcast_to(x.participation_prob[..., 0], b)
+        others = torch.broadcast_to(x.users, b) - 1.0
+        m_others = binomial_lower_quantile(users=others, p=p, delta_prime=beta)
+        certain = (p == 0) | (p == 1) | (others == 0)
+    else:
+        ranked = torch.sort(torch.broadcast_to(x.participation_prob, (*b, x.participation_prob.shape[-1])),
+                            dim=-1, descending=True).values[..., 1:]  # without the most likely user
+        if ranked.shape[-1] == 0:
+            m_others = torch.zeros(b, dtype=torch.float64, device=dev)
+            certain = torch.ones(b, dtype=torch.bool, device=dev)
+        else:
+            m_others = poisson_binomial_lower_quantile(p=ranked, delta_prime=beta)
+            certain = ((ranked == 0) | (ranked == 1)).all(-1)
+    m = 1.0 + m_others
+    tail = torch.where(certain, torch.zeros_like(beta), beta)
+    p_max = torch.broadcast_to(x.max_participation_prob, b)
+    if step_noise is None:
+        sigma = torch.broadcast_to(torch.sqrt(x.min_noise_var) / x.sensitivity, b)
+    else:
+        sigma = torch.full(b, float(step_noise), dtype=torch.float64, device=dev)
+    return x, p_max, m, tail, sigma
+
+
+def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivity, delta_l, delta_prime="auto",
+                users=None, dim=None, local_steps: int = 1, record_sampling: float = 1.0,
+                step_noise: float | None = None, composition: str = "pld", user_sampling: str = "revealed",
+                update_clip_failure: float = 0.0) -> RoundBound:
+    """One round of the ``steps`` accountant (docs/privacy.md#steps), on a grid.
+
+    Common arguments: :func:`~otafl.privacy.accountants.base.prepare_round`. ``delta_prime``
+    is the count quantile's failure probability beta_t ("auto": :data:`AUTO_COUNT_FAILURE`
+    delta_l). Extra keywords (scalars):
+
+    local_steps : S >= 1.   record_sampling : q in (0, 1].
+    step_noise : sigma >= 0, the per-step noise multiplier (std / sensitivity) of one user;
+        ``None``: the FedSGD reading (S = q = 1, sigma_k = sqrt(noise_var_k) / sensitivity).
+    composition : ``pld`` | ``rdp`` | ``rdp-classic`` (how the S steps are composed and
+        converted; docs/privacy.md#steps).
+    user_sampling : ``revealed`` (default) | ``hidden``
+        (:mod:`otafl.privacy.analysis.steps`).
+    update_clip_failure : probability that some transmitter's update clip binds this round
+        (docs/model.md#local-steps); added to the central delta.
+
+    Per round: central eps at delta_l of STEPS(p_max, q, sigma sqrt(m_t), S) with
+    m_t = 1 + the lower beta_t-quantile of the others' count (worst user: the one with the
+    largest p, whose removal leaves the smallest count); delta_central = delta_l + the
+    charged tail (beta_t, 0 when the count is certain) + ``update_clip_failure``.
+    Local eps at delta_l of STEPS(1, q, sigma_min, S), delta_local = p_max delta_l (joint
+    convexity: the user's own noise only, participation visible to the server).
+    """
+    _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, update_clip_failure)
+    x, p_max, m, tail, sigma = _round_parts(participation_prob=participation_prob, noise_var=noise_var,
+                                            alignment_gain=alignment_gain, n0=n0, sensitivity=sensitivity,
+                                            delta_l=delta_l, delta_prime=delta_prime, users=users, dim=dim,
+                                            step_noise=step_noise)
+    b = x.batch
+    dev = x.participation_prob.device
+    z_central = sigma * torch.sqrt(m)
+    d_l = torch.broadcast_to(x.delta_l, b)
+    flat = lambda t: t.reshape(-1)  # noqa: E731
+    eps_c = _epsilons(flat(p_max), flat(z_central), local_steps, record_sampling, flat(d_l), composition,
+                      user_sampling).reshape(b)
+    active = (p_max > 0).to(torch.float64)
+    eps_l = _epsilons(flat(active), flat(sigma), local_steps, record_sampling, flat(d_l), composition,
+                      "revealed").reshape(b)
+    no_noise = (sigma == 0) & (p_max > 0)
+    reason = no_noise.long() * (REASON_NO_CENTRAL_NOISE | REASON_NO_LOCAL_NOISE)
+    grid = lambda t: torch.broadcast_to(t, b)  # noqa: E731
+    single = local_steps == 1 and user_sampling == "hidden"  # then a round is one sampled Gaussian (RDP view)
+    std_c = z_central * torch.broadcast_to(x.sensitivity, b)
+    true = torch.ones((), dtype=torch.bool, device=dev)
+    return RoundBound(
+        epsilon_local=eps_l, delta_local=grid(p_max * x.delta_l),
+        epsilon_central=eps_c, delta_central=(d_l + tail + update_clip_failure).clamp(max=1.0),
+        users=grid(x.users), mean_participants=grid(x.mean_participants), delta_prime=tail, quantile=m,
+        central_noise_std=std_c if single else None,
+        central_sampling_rate=p_max * record_sampling if single else None,
+        local_noise_std=sigma * torch.broadcast_to(x.sensitivity, b) if single else None,
+        local_sampling_rate=torch.full(b, record_sampling, dtype=torch.float64, device=dev) if single else None,
+        sensitivity=grid(x.sensitivity), classic_valid=grid(true), classic_valid_local=grid(true), reason=reason)
+
+
+def round_mechanisms(f: RoundFacts, *, delta_prime, delta_l: float, user_sampling: str = "revealed"
+                     ) -> tuple[StepRound | None, StepRound | None, float]:
+    """The central and local :class:`StepRound` of one round's facts and the charged count tail.
+
+    (None for a round in which nobody can take part.) Uses the same count quantile as
+    :func:`steps_round`.
+    """
+    kw = facts_kwargs(f, delta_l=delta_l, delta_prime=delta_prime)
+    _, p_max_t, m_t, tail_t, sigma_t = _round_parts(**{k: kw[k] for k in (
+        "participation_prob", "noise_var", "alignment_gain", "n0", "sensitivity", "delta_l", "delta_prime", "dim",
+        "step_noise")}, users=None)
+    p_max = float(p_max_t)
+    if p_max == 0.0:
+        return None, None, 0.0
+    sigma, m = float(sigma_t), float(m_t)
+    S, q = int(f.local_steps), float(f.record_sampling)
+    central = StepRound(_grid_up(p_max), q, sigma * math.sqrt(m), S, user_sampling)
+    local = StepRound(1.0, q, sigma, S, "revealed")
+    return central, local, float(tail_t)
+
+
+def facts_kwargs(f: RoundFacts, *, delta_l: float, delta_prime) -> dict:
+    """:func:`steps_round`'s keyword arguments for one round's facts."""
+    return dict(participation_prob=f.participation_prob.to(torch.float64), noise_var=f.noise_var.to(torch.float64),
+                alignment_gain=float(f.alignment_gain), n0=float(f.n0),
+                sensitivity=float(f.sensitivity if f.record_clip is None else f.record_clip),  # C for local steps
+                delta_l=delta_l, delta_prime=delta_prime, dim=int(f.dim), local_steps=int(f.local_steps),
+                record_sampling=float(f.record_sampling), step_noise=f.step_noise,
+                update_clip_failure=float(f.update_clip_failure))
+
+
+def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, rounds: int, delta_prime="auto",
+                 local_steps: int = 1, record_sampling: float = 1.0, step_noise: float | None = None,
+                 composition: str = "pld", user_sampling: str = "revealed", delta_target: float | None = None
+                 ) -> dict[str, torch.Tensor]:
+    """Totals of T identical rounds on a uniform grid (``otafl bound --accountant steps --rounds T``).
+
+    The channel does not enter ``steps`` (its noise is post-processing), so the rounds of a
+    grid point are identical: central STEPS(p, q, sigma sqrt(m), S) and local STEPS(1, q,
+    sigma, S), each composed T times with ``composition``. Returns [...] tensors
+    ``epsilon_central_total``, ``delta_central_total`` (delta_dp + T tail, delta_dp =
+    ``delta_target`` - T tail or delta_l), ``epsilon_local_total``, ``delta_local_total``.
+    """
+    check_range("rounds", rounds, lo=1)
+    _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, 0.0)
+    x, p_max, m, tail, sigma = _round_parts(participation_prob=participation_prob, noise_var=noise_var,
+                                            alignment_gain=1.0, n0=0.0, sensitivity=sensitivity, delta_l=delta_l,
+                                            delta_prime=delta_prime, users=users, dim=None, step_noise=step_noise)
+    b = x.batch
+    d_l = torch.broadcast_to(x.delta_l, b).reshape(-1).tolist()
+    out = {k: [] for k in ("epsilon_central_total", "delta_central_total", "epsilon_local_total",
+                           "delta_local_total")}
+    for p, mm, tl, sg, dl in zip(p_max.reshape(-1).tolist(), m.reshape(-1).tolist(), tail.reshape(-1).tolist(),
+                                 sigma.reshape(-1).tolist(), d_l):
+        charged = rounds * tl
+        delta_dp = dl if delta_target is None else delta_target - charged
+        if delta_dp <= 0:
+            raise OtaflInputError(f"delta_target = {delta_target!r} is outside the allowed range (above the charged "
+                                  f"count tails, {charged:.3g})")
+        central = StepRound(_grid_up(p), record_sampling, sg * math.sqrt(mm), local_steps, user_sampling)
+        local = StepRound(1.0 if p > 0 else 0.0, record_sampling, sg, local_steps, "revealed")
+        out["epsilon_central_total"].append(compose_epsilon([(central, rounds)], delta=delta_dp,
+                                                            composition=composition))
+        out["delta_central_total"].append(min(1.0, delta_dp + charged))
+        out["epsilon_local_total"].append(compose_epsilon([(local, rounds)], delta=dl, composition=composition))
+        out["delta_local_total"].append(dl if p > 0 else 0.0)
+    return {k: torch.tensor(v, dtype=torch.float64).reshape(b) for k, v in out.items()}

@@ -1,0 +1,79 @@
+"""The ``steps`` accountant over a whole run: per-round bounds and totals (docs/privacy.md#steps).
+
+:func:`account_steps` reads a run's :class:`~otafl.privacy.facts.RoundFacts` (with their
+local-steps fields), evaluates :func:`~otafl.privacy.accountants.steps.steps_round` per
+round and composes the rounds' mechanisms with privacy-loss distributions or RDP (not
+basic/advanced composition of per-round (eps, delta)); the result is the same
+:class:`~otafl.privacy.accountants.run.AccountantResult` the other accountants give, so it
+joins a run's :class:`~otafl.privacy.accountants.run.PrivacyResult`.
+(A module of its own: ``run`` imports the registry, which imports ``steps``.)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from otafl.errors import OtaflInputError, check_range
+from otafl.privacy.accountants.base import reason_text
+from otafl.privacy.accountants.run import AccountantResult
+from otafl.privacy.accountants.steps import facts_kwargs, round_mechanisms, steps_round
+from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon
+from otafl.privacy.facts import RoundFacts
+
+__all__ = ["account_steps"]
+
+
+def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="auto", composition: str = "pld",
+                  user_sampling: str = "revealed", delta_target: float | None = None) -> AccountantResult:
+    """The ``steps`` accountant over a run, as an :class:`~otafl.privacy.accountants.run.AccountantResult`.
+
+    Per round: :func:`steps_round` on the round's facts (their ``local_steps``,
+    ``record_sampling``, ``step_noise``, ``update_clip_failure``). Totals: the rounds'
+    mechanisms composed with ``composition`` (not basic/advanced composition of per-round
+    (eps, delta)); central at delta_dp = ``delta_target`` minus the charged tails, or
+    delta_l by default, reported with delta_central_total = delta_dp + sum_t (tail_t +
+    update_clip_failure_t); local (every round taken part in) at delta_l.
+    """
+    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    check_composition(composition)
+    if not facts:
+        raise OtaflInputError("facts = [] is outside the allowed range (at least one round)")
+    eps_c, eps_l, d_c, d_l_round = [], [], [], []
+    reason = 0
+    central: dict[StepRound, int] = {}
+    local: dict[StepRound, int] = {}
+    charged = 0.0
+    for f in facts:
+        b = steps_round(**facts_kwargs(f, delta_l=delta_l, delta_prime=delta_prime), composition=composition,
+                        user_sampling=user_sampling)
+        eps_c.append(float(b.epsilon_central))
+        eps_l.append(float(b.epsilon_local))
+        d_c.append(float(b.delta_central))
+        d_l_round.append(float(b.delta_local))
+        reason |= int(b.reason)
+        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l, user_sampling=user_sampling)
+        charged += tail + float(f.update_clip_failure)
+        if rc is not None:
+            central[rc] = central.get(rc, 0) + 1
+            local[rl] = local.get(rl, 0) + 1
+    if delta_target is not None:
+        check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+        delta_dp = delta_target - charged
+        if delta_dp <= 0:
+            raise OtaflInputError(f"delta_target = {delta_target!r} is outside the allowed range (above the "
+                                  f"charged count tails and clip failures, {charged:.3g})")
+    else:
+        delta_dp = delta_l
+    total_c = compose_epsilon(sorted(central.items()), delta=delta_dp, composition=composition)
+    total_l = compose_epsilon(sorted(local.items()), delta=delta_l, composition=composition)
+    return AccountantResult(
+        name="steps",
+        epsilon_local_max=max(eps_l), delta_local=max(d_l_round),
+        epsilon_central=max(eps_c), delta_central=max(d_c),
+        epsilon_local_total=total_l, delta_local_total=delta_l if local else 0.0,
+        epsilon_central_total=total_c, delta_central_total=min(1.0, delta_dp + charged),
+        composition_central=composition, composition_local=composition,
+        defined=reason == 0, reason=reason_text(reason), classic_valid=True,
+        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l))
+
+

@@ -1,0 +1,430 @@
+r"""Record-level DP of S local DP-SGD steps per round, summed over the air (sum-domination).
+
+One round, seen by one record of user k (docs/privacy.md#steps): with probability p the
+user takes part and runs S steps of DP-SGD; at every step the record enters the user's
+minibatch with probability q (Poisson), its clipped gradient moves the step's sum by at
+most the sensitivity, and the step adds Gaussian noise. What leaves the round is the
+superposition of the participants' updates, so by sum-domination (Heikkilä et al.,
+Thm. 4.6) each step is accounted as one Poisson-subsampled Gaussian whose noise is the
+sum of the participants' step noises: noise multiplier z = sigma sqrt(m) for m
+participants of noise multiplier sigma each. One round is therefore the mechanism
+
+    STEPS(p, q, z, S) = with probability p: S-fold composition of PoissonSampled(q, Gaussian(z)),
+                        otherwise: nothing,
+
+under add/remove adjacency with unit sensitivity. Two readings of the user coin:
+
+- ``revealed`` (default): the adversary may learn whether user k took part (over the air
+  its own noise adds to the aggregate's variance, which a high-dimensional output shows;
+  docs/privacy.md#exact). The round's pair is the mixture with the branch revealed,
+  delta(eps) = p delta_S(eps) (joint convexity); over T rounds the number of rounds the
+  user takes part is binomial, which the composition of the mixtures accounts exactly.
+- ``hidden``: the coin is not observable (the fixed-noise assumption of ``paper`` and
+  ``tight``), and the round is p-subsampled in the usual sense: for S = 1 the record is
+  used with probability p q, for S > 1 the profiles transform exactly
+  (:func:`hidden_round_pld`).
+
+Compositions (:data:`COMPOSITIONS`): ``pld`` (dp_accounting privacy-loss distributions,
+pessimistic), ``rdp`` (Renyi DP, improved conversion of Balle et al. 2020 via
+dp_accounting's ``compute_epsilon``) and ``rdp-classic`` (Mironov 2017, Prop. 3:
+eps = min_alpha RDP_alpha + log(1/delta)/(alpha - 1)).
+
+dp_accounting is imported on first use. Everything here is pure math on floats.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from otafl.errors import OtaflInputError, check_range
+
+__all__ = [
+    "COMPOSITIONS",
+    "USER_SAMPLING",
+    "PLD_DISCRETIZATION",
+    "StepRound",
+    "round_pld",
+    "hidden_round_pld",
+    "round_rdp",
+    "rdp_orders",
+    "rdp_to_epsilon",
+    "compose_epsilon",
+    "round_epsilon",
+    "subsampled_gaussian_epsilon",
+]
+
+COMPOSITIONS = ("pld", "rdp", "rdp-classic")
+"""How rounds (and steps) are composed and turned into (eps, delta)."""
+
+USER_SAMPLING = ("revealed", "hidden")
+"""Whether the adversary may see the record's user take part (module docstring)."""
+
+PLD_DISCRETIZATION = 1e-4
+"""Loss discretisation of every PLD (dp_accounting's default, PLDAccountant's too)."""
+
+RDP_INTEGER_ORDERS: tuple[int, ...] = (*range(2, 65), 80, 96, 128, 256)
+"""Integer Renyi orders, used when a hidden-coin round with S > 1 needs the binomial expansion."""
+
+PROFILE_FLOOR = 1e-14
+"""Hidden-coin PLDs stop at the eps where both profiles are below this (the rest is +inf mass)."""
+
+
+@dataclass(frozen=True, order=True)
+class StepRound:
+    """One round's dominating mechanism for a record (unit sensitivity).
+
+    user_rate : p in [0, 1], the probability that the record's user takes part.
+    record_rate : q in (0, 1], the probability that a step's minibatch holds the record.
+    noise_multiplier : z >= 0, std of the step's (summed) noise over the sensitivity; 0: no
+        noise (eps = +inf), +inf: no leakage.
+    steps : S >= 1 steps per round.
+    user_sampling : ``revealed`` or ``hidden`` (module docstring).
+    """
+
+    user_rate: float
+    record_rate: float
+    noise_multiplier: float
+    steps: int = 1
+    user_sampling: str = "revealed"
+
+    def __post_init__(self):
+        check_range("user_rate", self.user_rate, lo=0.0, hi=1.0)
+        check_range("record_sampling", self.record_rate, lo=0.0, hi=1.0, lo_open=True)
+        check_range("noise_multiplier", self.noise_multiplier, lo=0.0)
+        if int(self.steps) != self.steps or self.steps < 1:
+            raise OtaflInputError(f"local_steps = {self.steps!r} is outside the allowed range (integers >= 1)")
+        if self.user_sampling not in USER_SAMPLING:
+            raise OtaflInputError(f"user_sampling = {self.user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
+
+    @property
+    def silent(self) -> bool:
+        """No leakage at all: the user never takes part, or infinite noise."""
+        return self.user_rate == 0.0 or math.isinf(self.noise_multiplier)
+
+    @property
+    def open(self) -> bool:
+        """Infinite leakage: the user may take part and there is no noise."""
+        return not self.silent and self.noise_multiplier == 0.0
+
+
+def check_composition(composition: str) -> str:
+    if composition not in COMPOSITIONS:
+        raise OtaflInputError(f"composition = {composition!r} is not one of: {', '.join(COMPOSITIONS)}")
+    return composition
+
+
+class _QuietAbsl:
+    """dp_accounting logs (absl) a warning per fractional order it cannot integrate at small
+    noise; those orders are dropped (RDP +inf there), which is conservative. Silence them."""
+
+    def __enter__(self):
+        self.logger = logging.getLogger("absl")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)
+
+
+# --------------------------------------------------------------------------- PLD
+
+
+def _pld_module():
+    from dp_accounting.pld import privacy_loss_distribution
+
+    return privacy_loss_distribution
+
+
+@functools.lru_cache(maxsize=256)
+def _inner_pld(record_rate: float, noise_multiplier: float, steps: int):
+    """S-fold composition of PoissonSampled(q, Gaussian(z)) (dp_accounting, pessimistic)."""
+    pld = _pld_module().from_gaussian_mechanism(
+        standard_deviation=noise_multiplier, sampling_prob=record_rate,
+        value_discretization_interval=PLD_DISCRETIZATION)
+    return pld.self_compose(steps) if steps > 1 else pld
+
+
+def _identity_pld():
+    return _pld_module().identity(value_discretization_interval=PLD_DISCRETIZATION)
+
+
+@functools.lru_cache(maxsize=128)
+def round_pld(r: StepRound):
+    """The privacy-loss distribution of one round (``None`` when the round leaks nothing).
+
+    ``revealed``: the mixture p PLD_S + (1 - p) identity (dp_accounting's
+    ``compute_mixture``: the pair with the branch revealed). ``hidden``: for S = 1 the
+    record is used with probability p q (dp_accounting's subsampled Gaussian); for S > 1
+    :func:`hidden_round_pld`. Raises for a round without noise (check ``r.open`` first).
+    """
+    if r.silent:
+        return None
+    if r.open:
+        raise OtaflInputError("a round without noise has no privacy-loss distribution (eps = +inf)")
+    if r.user_sampling == "hidden":
+        if r.steps == 1 or r.user_rate == 1.0:
+            return _inner_pld(r.user_rate * r.record_rate if r.steps == 1 else r.record_rate,
+                              r.noise_multiplier, r.steps)
+        return hidden_round_pld(r)
+    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps)
+    if r.user_rate == 1.0:
+        return inner
+    return inner.compute_mixture(_identity_pld(), r.user_rate)
+
+
+def _profile(pmf, eps: np.ndarray) -> np.ndarray:
+    """delta(eps) of one direction of a dp_accounting PLD at sorted eps, vectorised.
+
+    delta(eps) = inf_mass + sum_{l_j > eps} w_j (1 - e^(eps - l_j)) over the dense PMF's
+    losses l_j and masses w_j, from suffix sums (dp_accounting's own vectorised version
+    does the same sums in a Python loop)."""
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001 (no public accessor)
+    losses = (np.arange(probs.size) + dense._lower_loss) * dense._discretization  # noqa: SLF001
+    upper = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
+    lower = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
+    idx = np.searchsorted(losses, eps, side="right")
+    out = dense._infinity_mass + upper[idx] - np.exp(eps) * lower[idx]  # noqa: SLF001
+    return np.clip(out, 0.0, 1.0)
+
+
+def hidden_round_pld(r: StepRound):
+    r"""PLD of the p-subsampled S-step round (user coin hidden), both directions exactly.
+
+    With A the S-step pair's "record present" law and B its "record absent" law (inner
+    PLD, dp_accounting), the round's laws are A' = (1 - p) B + p A and B. For gamma = e^eps:
+
+        remove: H_gamma(A' || B) = p H_{gamma'}(A || B),     gamma' = 1 + (gamma - 1) / p,
+        add:    H_gamma(B || A') = (1 - gamma (1 - p))_+ H_{gamma''}(B || A),
+                gamma'' = gamma p / (1 - gamma (1 - p)),
+
+    (exact identities for every pair A, B). For eps < 0 each direction follows from the
+    other, H_gamma(P || Q) = 1 - gamma + gamma H_{1/gamma}(Q || P). The profiles are
+    evaluated on the PLD's grid eps_i = i * PLD_DISCRETIZATION up to where both fall below
+    :data:`PROFILE_FLOOR` (the rest becomes the +inf mass), replaced by their greatest
+    convex minorant in e^eps, and turned into pessimistic connect-the-dots PMFs
+    (Doroshenko et al. 2022). Since the inner PLD is pessimistic and the identities are
+    monotone in the inner profiles, the result dominates the round.
+    """
+    from dp_accounting.pld import pld_pmf
+
+    from otafl.privacy.analysis.pld import lower_convex_envelope
+
+    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps)
+    inner_remove, inner_add = inner._pmf_remove, inner._pmf_add  # noqa: SLF001 (no public accessor)
+    p, gap = r.user_rate, PLD_DISCRETIZATION
+
+    def remove(eps):
+        return p * _profile(inner_remove, np.log1p(np.expm1(eps) / p))
+
+    def add(eps):
+        scale = 1.0 - np.exp(eps) * (1.0 - p)
+        out = np.zeros_like(eps)
+        ok = scale > 0
+        out[ok] = scale[ok] * _profile(inner_add, np.log(np.exp(eps[ok]) * p / scale[ok]))
+        return out
+
+    hi = 1.0  # the first power-of-two eps at which both profiles are below the floor
+    while max(remove(np.array([hi]))[0], add(np.array([hi]))[0]) > PROFILE_FLOOR:
+        hi *= 2.0
+        if hi > 1e4:
+            raise OtaflInputError(f"{r}: the round's profile does not decay (noise too small to account)")
+    n = int(math.ceil(hi / gap))
+    eps = gap * np.arange(n + 1, dtype=np.float64)
+    pos = {"remove": remove(eps), "add": add(eps)}
+    pmfs = {}
+    for name, other in (("remove", "add"), ("add", "remove")):
+        neg = 1.0 - np.exp(-eps[1:]) + np.exp(-eps[1:]) * pos[other][1:]  # delta(-eps_i) from the other side
+        deltas = np.concatenate([neg[::-1], pos[name]])
+        deltas = np.minimum.accumulate(np.clip(deltas, 0.0, 1.0))
+        grid = np.concatenate([-eps[1:][::-1], eps])
+        x = np.exp(grid)
+        slopes = np.diff(deltas) / np.diff(x)
+        if np.any(np.diff(slopes) < -1e-6 * np.abs(slopes[1:])):  # not convex beyond round-off: take the minorant
+            deltas = np.minimum(lower_convex_envelope(x, deltas), 1.0)
+        pmfs[name] = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -n, n, deltas)
+    return _pld_module().PrivacyLossDistribution(pmfs["remove"], pmfs["add"])
+
+
+# --------------------------------------------------------------------------- RDP
+
+
+def rdp_orders(rounds: Sequence[StepRound]) -> tuple[float, ...]:
+    """dp_accounting's default orders, or integer orders when a hidden-coin round with S > 1
+    and p < 1 needs the binomial expansion (:func:`round_rdp`)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
+
+    nested = any(r.user_sampling == "hidden" and r.steps > 1 and 0.0 < r.user_rate < 1.0 for r in rounds)
+    return tuple(float(a) for a in RDP_INTEGER_ORDERS) if nested else tuple(float(a) for a in DEFAULT_RDP_ORDERS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rdp_step(q: float, z: float, orders: tuple[float, ...]) -> np.ndarray:
+    """RDP of one PoissonSampled(q, Gaussian(z)) step at ``orders`` (dp_accounting)."""
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp
+
+    with _QuietAbsl():
+        step = rdp._compute_rdp_poisson_subsampled_gaussian  # noqa: SLF001 (no public per-step RDP)
+        out = np.asarray(step(q, z, list(orders)), dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def _log_binom(n: int, k: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln
+
+    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
+
+@functools.lru_cache(maxsize=512)
+def round_rdp(r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
+    r"""RDP of one round at ``orders`` (read-only array; +inf for a round without noise).
+
+    - ``revealed``: exp((a - 1) RDP_a) = (1 - p) + p exp((a - 1) S rdp_1(a)) (the revealed
+      mixture, both directions);
+    - ``hidden``, S = 1: one PoissonSampled(p q, Gaussian(z)) step; p = 1: S steps;
+    - ``hidden``, S > 1, p < 1 (integer orders only): the remove direction exactly,
+
+          exp((a - 1) RDP_a) = sum_j C(a, j) (1 - p)^(a - j) p^j exp(S (j - 1) rdp_1(j)),
+
+      (binomial expansion of E_B[(1 - p + p prod_s L_s)^a], E_B[L^j] = exp((j - 1) rdp_1(j))).
+      The add direction is taken to be no larger, as Mironov, Talwar & Zhang (2019, Thm. 5)
+      prove for S = 1; for S > 1 this is checked numerically (tests), not proven.
+
+    rdp_1 is one PoissonSampled(q, Gaussian(z)) step (dp_accounting).
+    """
+    a = np.asarray(orders, dtype=np.float64)
+    if r.silent:
+        return np.zeros_like(a)
+    if r.open:
+        return np.full_like(a, np.inf)
+    p, q, z, S = r.user_rate, r.record_rate, r.noise_multiplier, r.steps
+    if r.user_sampling == "hidden" and (S == 1 or p == 1.0):
+        return S * _rdp_step(p * q if S == 1 else q, z, tuple(orders))
+    if r.user_sampling == "revealed":
+        inner = S * _rdp_step(q, z, tuple(orders))
+        if p == 1.0:
+            return inner
+        with np.errstate(over="ignore"):
+            return np.logaddexp(math.log1p(-p), math.log(p) + (a - 1.0) * inner) / (a - 1.0)
+    if not np.all(a == np.round(a)):
+        raise OtaflInputError("the hidden-coin RDP of S > 1 steps needs integer orders")
+    top = int(a.max())
+    step = _rdp_step(q, z, tuple(float(j) for j in range(2, top + 1)))  # rdp_1(j), j = 2..top
+    log_moment = np.concatenate([[0.0, 0.0], (np.arange(2, top + 1) - 1.0) * step])  # (j - 1) rdp_1(j)
+    out = np.empty_like(a)
+    for i, alpha in enumerate(a.astype(int)):
+        j = np.arange(alpha + 1)
+        terms = _log_binom(alpha, j) + (alpha - j) * math.log1p(-p) + j * math.log(p) + S * log_moment[:alpha + 1]
+        out[i] = np.logaddexp.reduce(terms) / (alpha - 1.0)
+    return out
+
+
+def rdp_to_epsilon(rdp: np.ndarray, orders: Sequence[float], delta: float, *, classic: bool) -> float:
+    """(eps, delta) from an RDP curve: Mironov's classic conversion (``classic``) or the
+    improved one of Balle et al. (2020) (dp_accounting ``compute_epsilon``)."""
+    rdp = np.asarray(rdp, dtype=np.float64)
+    a = np.asarray(orders, dtype=np.float64)
+    if np.all(rdp == 0):
+        return 0.0
+    if not np.isfinite(rdp).any():
+        return math.inf
+    if classic:
+        return float(max(0.0, np.min(rdp + math.log(1.0 / delta) / (a - 1.0))))
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    eps, _ = compute_epsilon(list(a), list(rdp), delta)
+    return float(max(0.0, eps)) if math.isfinite(eps) else math.inf
+
+
+# --------------------------------------------------------------------------- both
+
+
+def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, composition: str = "pld") -> float:
+    """Total eps at ``delta`` of the rounds, given as (StepRound, repetitions) pairs.
+
+    ``pld``: the rounds' PLDs (:func:`round_pld`) self-composed and composed; ``rdp`` /
+    ``rdp-classic``: the rounds' RDP curves (:func:`round_rdp`) summed, then converted.
+    0 when no round leaks, +inf when some round may run without noise.
+    """
+    check_composition(composition)
+    check_range("delta", delta, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    active = [(r, int(c)) for r, c in rounds if int(c) > 0 and not r.silent]
+    if not active:
+        return 0.0
+    if any(r.open for r, _ in active):
+        return math.inf
+    if composition == "pld":
+        total = None
+        for r, count in active:
+            pld = round_pld(r)
+            pld = pld.self_compose(count) if count > 1 else pld
+            total = pld if total is None else total.compose(pld)
+        return float(max(0.0, total.get_epsilon_for_delta(delta)))
+    orders = rdp_orders([r for r, _ in active])
+    rdp = sum(count * round_rdp(r, orders) for r, count in active)
+    return rdp_to_epsilon(rdp, orders, delta, classic=composition == "rdp-classic")
+
+
+@functools.lru_cache(maxsize=4096)
+def round_epsilon(r: StepRound, delta: float, composition: str = "pld") -> float:
+    """eps at ``delta`` of a single round (:func:`compose_epsilon` of one round), memoised."""
+    return compose_epsilon([(r, 1)], delta=delta, composition=composition)
+
+
+# --------------------------------------------------------------------------- one step, closed form
+
+
+def subsampled_gaussian_epsilon(*, rate, noise_multiplier, delta, iterations: int = 80):
+    r"""Exact eps(delta) of one PoissonSampled(rate, Gaussian(z)) step, batched (torch float64).
+
+    The step's profile in both directions from the Gaussian's G(eps) (Balle & Wang 2018,
+    unit sensitivity; its pair is symmetric) through the identities of
+    :func:`hidden_round_pld` with p = rate:
+
+        remove: rate G(log(1 + (e^eps - 1) / rate)),
+        add:    (1 - e^eps (1 - rate))_+ G(log(e^eps rate / (1 - e^eps (1 - rate)))),
+
+    and eps(delta) is the smallest eps >= 0 where both are <= delta, by bisection on
+    [0, eps_G(delta)] (the unsampled Gaussian's eps bounds it). No discretisation: this is
+    the exact value that dp_accounting's pessimistic PLD approaches from above. Returns 0
+    where rate = 0 or z = inf, +inf where z = 0 < rate.
+    """
+    import torch
+
+    from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon, as_float64, gaussian_hockey_stick
+
+    r, z, delta = torch.broadcast_tensors(*as_float64(rate, noise_multiplier, delta))
+    silent = (r == 0) | torch.isinf(z)
+    open_ = (z == 0) & ~silent
+    zs = torch.where(silent | open_, torch.ones_like(z), z)
+    rs = torch.where(silent, torch.ones_like(r), r)
+    one = torch.ones_like(zs)
+
+    def profile(eps):
+        e = torch.exp(eps)
+        rem = rs * gaussian_hockey_stick(epsilon=torch.log1p(torch.expm1(eps) / rs), sensitivity=one, noise_std=zs)
+        scale = 1.0 - e * (1.0 - rs)
+        ok = scale > 0
+        arg = torch.where(ok, torch.log(e * rs / torch.where(ok, scale, one)), torch.zeros_like(e))
+        add = torch.where(ok, scale * gaussian_hockey_stick(epsilon=arg, sensitivity=one, noise_std=zs),
+                          torch.zeros_like(e))
+        return torch.maximum(rem, add)
+
+    lo = torch.zeros_like(zs)
+    hi = analytic_gaussian_epsilon(sensitivity=one, noise_std=zs, delta=delta)
+    hi = torch.where(profile(hi) <= delta, hi, hi * 2 + 1)  # guard against rounding at the bracket
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        above = profile(mid) > delta
+        lo = torch.where(above, mid, lo)
+        hi = torch.where(above, hi, mid)
+    out = torch.where(profile(lo) <= delta, lo, hi)
+    out = torch.where(silent, torch.zeros_like(out), out)
+    return torch.where(open_, torch.full_like(out, math.inf), out)
