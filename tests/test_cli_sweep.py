@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from otafl.cli.main import cli
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 4
 SPEC = f"""
 [data]
@@ -162,3 +164,66 @@ def test_sigkill_mid_sweep_then_resume_leaves_every_point_done_exactly_once(tmp_
     got = rows(db, "SELECT params, status FROM runs")
     assert len(got) == 4 and {s for _, s in got} == {"done"} and len({p for p, _ in got}) == 4
     assert rows(db, "SELECT COUNT(*), COUNT(DISTINCT run_id) FROM rounds") == [(4 * ROUNDS, 4)]
+
+
+# --------------------------------------------------------------------------- resume: one sweep per file
+
+@pytest.mark.parametrize("change, needle", [
+    (["--set", "train.rounds=3"], f"train.rounds: {ROUNDS} in the store, 3 now"),
+    (["--set", "sweep.seeds=[0,1,2]"], "sweep.seeds: [0, 1] in the store, [0, 1, 2] now"),
+    (["--set", 'sweep.axes={"sampling.p"=[0.4,0.5]}'], "sweep.axes.sampling.p: [0.4, 0.9] in the store, [0.4, 0.5] now"),
+    ("other spec file", "channel.snr_db: 10.0 in the store, 20.0 now"),
+])
+def test_resume_with_a_different_sweep_exits_2_naming_the_first_differing_key(tmp_path, change, needle):
+    spec, db = write_spec(tmp_path), str(tmp_path / "r.sqlite")
+    assert invoke(spec, "--out", db, "--workers", "0").exit_code == 0
+    before = rows(db, "SELECT id, params, status FROM runs ORDER BY id")
+    if change == "other spec file":
+        spec, change = write_spec(tmp_path, SPEC.replace("snr_db = 10.0", "snr_db = 20.0"), "other.toml"), []
+    res = invoke(spec, *change, "--out", db, "--workers", "0", "--resume")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert "holds a different sweep" in res.stderr and needle in res.stderr, res.stderr
+    assert rows(db, "SELECT id, params, status FROM runs ORDER BY id") == before  # nothing appended or changed
+
+
+def test_resume_reruns_interrupted_runs_in_place_and_counts_at_most_the_grid(tmp_path):
+    spec, db = write_spec(tmp_path), str(tmp_path / "r.sqlite")
+    assert invoke(spec, "--out", db, "--workers", "0").exit_code == 0
+    conn = sqlite3.connect(db)  # as a killed sweep leaves it: two runs in flight
+    conn.execute("UPDATE runs SET status = 'running' WHERE id IN (2, 3)")
+    conn.commit()
+    conn.close()
+    res = invoke(spec, "--out", db, "--workers", "0", "--resume")
+    assert res.exit_code == 0, res.output
+    assert "2 runs done, 2 skipped (already done), 0 failed" in res.stdout and "4 of 4 grid points done" in res.stdout
+    assert rows(db, "SELECT id, status FROM runs ORDER BY id") == [(1, "done"), (2, "done"), (3, "done"), (4, "done")]
+    assert rows(db, "SELECT COUNT(*), COUNT(DISTINCT run_id) FROM rounds") == [(4 * ROUNDS, 4)]
+
+
+# --------------------------------------------------------------------------- grid size
+
+def test_dry_run_of_a_ten_million_point_grid_is_refused_at_once_with_the_count_and_the_limit(tmp_path):
+    axes = ", ".join(f'"{k}" = {list(range(1, 11))}' for k in
+                     ("transmit.clip", "transmit.sigma2", "channel.snr_db", "data.batch_size", "train.rounds",
+                      "model.hidden", "train.eval_every"))
+    text = SPEC.split("[sweep]")[0] + f"[sweep]\nseeds = [0]\naxes = {{ {axes} }}\n"
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    cap = 3 << 30  # a regression (building 10^7 points) fails fast here instead of eating the machine's memory
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "otafl", "sweep", write_spec(tmp_path, text), "--dry-run"],
+                         env=env, capture_output=True, text=True, timeout=120,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    assert time.monotonic() - t0 < 20, "took long: the grid was built"
+    assert res.returncode == 2 and res.stdout == "", res.stderr[-2000:]
+    assert res.stderr.count("\n") == 1 and "10000000 points" in res.stderr, res.stderr
+    assert "over the limit of 100000 points" in res.stderr and "--max-points 10000000" in res.stderr
+
+
+def test_max_points_limits_the_grid_and_can_be_raised(tmp_path):
+    spec, db = write_spec(tmp_path), tmp_path / "r.sqlite"
+    res = invoke(spec, "--out", str(db), "--max-points", "3")
+    assert res.exit_code == 2 and "has 4 points" in res.stderr and "limit of 3 points" in res.stderr
+    assert not db.exists()
+    res = invoke(spec, "--dry-run", "--max-points", "4")
+    assert res.exit_code == 0 and "4 runs (trained)" in res.stdout

@@ -1,8 +1,13 @@
 """The SQLite results store of a sweep: one file, queryable, safe against crashes.
 
-Schema (``SCHEMA_VERSION`` 1)::
+Schema (``SCHEMA_VERSION`` 2)::
 
-    meta(key TEXT PRIMARY KEY, value TEXT)   -- ('app', 'otafl-sweep'), ('schema', '1'), ('created_at', ...)
+    meta(key TEXT PRIMARY KEY, value TEXT)   -- ('app', 'otafl-sweep'), ('schema', '2'), ('created_at', ...),
+                                             -- the sweep's identity: ('grid_sha256', ...), ('grid_points', N),
+                                             -- ('sweep', JSON [[key, value], ...]: sweep.* keys and the spec
+                                             --  values every point shares, for "what differs" messages)
+    grid(idx INTEGER PRIMARY KEY,           -- the sweep's grid points in run order
+         params TEXT, train INTEGER, point TEXT, UNIQUE(params, train))
     runs(id INTEGER PRIMARY KEY,
          params TEXT,          -- the run's full spec as canonical JSON (Spec.canonical_json)
          train INTEGER,        -- 1: trained, 0: bounds only
@@ -16,6 +21,13 @@ Schema (``SCHEMA_VERSION`` 1)::
          UNIQUE(params, train))
     rounds(run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE, round INTEGER,
            <one column per per-round field>, PRIMARY KEY(run_id, round))
+
+A results file belongs to one sweep: the first sweep that writes it records its grid
+(:class:`GridIdentity`), and a later ``--resume`` with a different grid (another spec
+file, other axes, seeds or ``--set`` values) is refused with one line naming the first
+differing key, e.g. ``train.rounds: 3 in the store, 4 now``. Schema 1 files (no recorded
+grid) are read as before; resuming one records the grid if every stored run belongs to it
+(and upgrades the file to schema 2), otherwise it is refused the same way.
 
 A run's row becomes ``running`` when the run is handed to a worker (committed at once).
 The finished run's ``runs`` update, any new columns and all of its ``rounds`` rows are ONE
@@ -32,6 +44,8 @@ same file stops with a one-line "locked" error instead of running the same point
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import math
 import os
@@ -40,7 +54,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from otafl.errors import OtaflInputError
 from otafl.results import jsonable, unjson
@@ -50,10 +64,12 @@ try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction lockin
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "ResultStore", "StoredRun", "open_store", "read_store"]
+__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "GridIdentity", "ResultStore", "StoredRun", "open_store",
+           "read_store"]
 
 APP_MARKER = "otafl-sweep"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = ("1", "2")  # schema 1: no recorded grid (upgraded to 2 when a sweep resumes it)
 STATUSES = ("running", "done", "failed")
 BUSY_TIMEOUT_MS = 5000
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -62,6 +78,9 @@ FIXED_RUN_COLUMNS = ("id", "params", "train", "point", "status", "error", "start
 FIXED_ROUND_COLUMNS = ("run_id", "round")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+_GRID_TABLE = ("CREATE TABLE grid("
+               " idx INTEGER PRIMARY KEY, params TEXT NOT NULL, train INTEGER NOT NULL, point TEXT,"
+               " UNIQUE(params, train))")
 _SCHEMA = (
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE runs("
@@ -71,7 +90,84 @@ _SCHEMA = (
     "CREATE TABLE rounds("
     " run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, round INTEGER NOT NULL,"
     " PRIMARY KEY(run_id, round))",
+    _GRID_TABLE,
 )
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class GridIdentity:
+    """What makes a sweep: its grid points, plus a readable description for messages.
+
+    Build it with :func:`otafl.sweep.grid.grid_identity`. Two sweeps are the same when
+    they have the same set of (params, train) points (:attr:`digest`); the order of the
+    points and how the spec file spelt them do not matter.
+    """
+
+    entries: tuple[tuple[str, bool, str], ...]  # (params, train, point JSON), in run order
+    description: tuple[tuple[str, Any], ...] = ()  # (key, JSON-able value): sweep.* keys, then shared spec keys
+
+    @functools.cached_property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for params, train in sorted((p, int(t)) for p, t, _ in self.entries):
+            h.update(json.dumps([params, train]).encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+
+def _show(value: Any, missing: str) -> str:
+    """A value for a one-line message: JSON, shortened."""
+    if value is _MISSING:
+        return missing
+    text = json.dumps(value, separators=(", ", ": "))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _first_key_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """``key: OLD in the store, NEW now`` for the first key whose value differs (sweep.* keys first)."""
+    keys = list(old) + [k for k in new if k not in old]
+    keys.sort(key=lambda k: not k.startswith("sweep."))  # stable: sweep keys first, each group in order
+    for k in keys:
+        a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+        if a != b:
+            missing = "(none)" if k.startswith("sweep.") else "(varies by point)"
+            return f"{k}: {_show(a, missing)} in the store, {_show(b, missing)} now"
+    return None
+
+
+def _flat_params(params: str) -> dict[str, Any]:
+    """A run's canonical spec JSON -> {"section.key": value}."""
+    tree = json.loads(params)
+    return {f"{section}.{key}": v for section, body in tree.items() if isinstance(body, dict)
+            for key, v in body.items()}
+
+
+def _grid_difference(old_desc: Sequence[Sequence[Any]] | None, new: GridIdentity,
+                     old_entries: Sequence[tuple[str, bool, str]]) -> str:
+    """One line saying how the stored sweep differs from ``new``, naming the first differing key."""
+    if old_desc is not None:
+        new_desc = json.loads(json.dumps(jsonable([list(kv) for kv in new.description])))
+        why = _first_key_difference({k: v for k, v in old_desc}, {k: v for k, v in new_desc})
+        if why:
+            return why
+    # Point by point: the first stored point that the new grid lacks, against its counterpart.
+    new_ids = {(p, bool(t)) for p, t, _ in new.entries}
+    by_point = {pt: (p, bool(t)) for p, t, pt in new.entries}
+    for i, (params, train, point) in enumerate(old_entries):
+        if (params, bool(train)) in new_ids:
+            continue
+        other = by_point.get(point) or ((new.entries[i][0], bool(new.entries[i][1])) if i < len(new.entries)
+                                        else None)
+        if other is None:
+            break
+        if bool(train) != other[1]:
+            return f"sweep.train: {_show(bool(train), '')} in the store, {_show(other[1], '')} now"
+        why = _first_key_difference(_flat_params(params), _flat_params(other[0]))
+        if why:
+            label = ", ".join(f"{k}={json.dumps(v)}" for k, v in json.loads(point or "{}").items()) or "(base spec)"
+            return f"{why} (grid point {label})"
+    return f"grid points: {len(old_entries)} in the store, {len(new.entries)} now"
 
 
 def _scalar(value: Any) -> Any:
@@ -173,6 +269,60 @@ class ResultStore:
     def meta(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT key, value FROM meta"))
 
+    def grid_entries(self) -> list[tuple[str, bool, str]]:
+        """The recorded grid (params, train, point JSON) in run order; empty if none is recorded."""
+        if "grid" not in self._tables():
+            return []
+        return [(p, bool(t), pt) for p, t, pt in
+                self.conn.execute("SELECT params, train, point FROM grid ORDER BY idx")]
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    # -- the sweep this file belongs to ---------------------------------------------------
+    def check_grid(self, grid: GridIdentity) -> None:
+        """Raise a one-line :class:`OtaflInputError` unless this file's runs belong to ``grid``.
+
+        A file with no runs fits any grid. A file with a recorded grid fits only the same
+        grid (same digest). A file without one (schema 1) fits if every stored run is a
+        point of ``grid``.
+        """
+        if self.count() == 0:
+            return
+        meta = self.meta()
+        recorded = meta.get("grid_sha256")
+        if recorded == grid.digest:
+            return
+        if recorded is None:
+            ids = {(p, bool(t)) for p, t, _ in grid.entries}
+            stored = [(p, bool(t), pt) for p, t, pt in self.conn.execute(
+                "SELECT params, train, point FROM runs ORDER BY id")]
+            if all((p, t) in ids for p, t, _ in stored):
+                return
+            why = _grid_difference(None, grid, stored)
+        else:
+            desc = json.loads(meta["sweep"]) if "sweep" in meta else None
+            why = _grid_difference(desc, grid, self.grid_entries())
+        raise OtaflInputError(f"results file {str(self.path)!r} holds a different sweep ({why}); resume it with "
+                              f"the command that started it, or choose another --out path")
+
+    def record_grid(self, grid: GridIdentity) -> None:
+        """Record ``grid`` as this file's sweep (after :meth:`check_grid`); upgrades schema 1."""
+        meta = self.meta()
+        if meta.get("schema") == str(SCHEMA_VERSION) and meta.get("grid_sha256") == grid.digest:
+            return
+        with self._transaction():
+            if "grid" not in self._tables():
+                self.conn.execute(_GRID_TABLE)
+            self.conn.execute("DELETE FROM grid")
+            self.conn.executemany("INSERT INTO grid(idx, params, train, point) VALUES (?, ?, ?, ?)",
+                                  ((i, p, int(t), pt) for i, (p, t, pt) in enumerate(grid.entries)))
+            self.conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [("schema", str(SCHEMA_VERSION)), ("grid_sha256", grid.digest),
+                 ("grid_points", str(len(grid.entries))),
+                 ("sweep", json.dumps(jsonable([list(kv) for kv in grid.description])))])
+
     # -- writes -------------------------------------------------------------------------
     def mark_running(self, params: str, train: bool, point: Mapping[str, Any]) -> int:
         """Insert (or reset) the run's row as ``running``, committed at once; returns its id."""
@@ -267,10 +417,10 @@ def _check_marker(path: Path, conn: sqlite3.Connection) -> None:
     meta = dict(conn.execute("SELECT key, value FROM meta"))
     if meta.get("app") != APP_MARKER:
         raise _not_ours(path, f"its meta table says app = {meta.get('app')!r}, expected {APP_MARKER!r}")
-    if meta.get("schema") != str(SCHEMA_VERSION):
+    if meta.get("schema") not in READABLE_SCHEMAS:
         raise OtaflInputError(f"{str(path)!r} uses results schema {meta.get('schema')!r}; this otafl reads "
-                              f"schema {SCHEMA_VERSION}")
-    missing = sorted({"runs", "rounds"} - tables)
+                              f"schema {' and '.join(READABLE_SCHEMAS)}")
+    missing = sorted({"runs", "rounds"} - tables | ({"grid"} - tables if meta.get("schema") == "2" else set()))
     if missing:
         raise _not_ours(path, f"table {missing[0]!r} is missing")
 
@@ -296,14 +446,16 @@ def _writer_lock(path: Path) -> int | None:
     return fd
 
 
-def open_store(path: str | Path, *, resume: bool = False) -> ResultStore:
+def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | None = None) -> ResultStore:
     """Open (or create) a results file for a sweep to write.
 
     Without ``resume``, a file that already holds runs is refused, so a second sweep never
     mixes silently into the first; with ``resume`` its runs are kept and the sweep skips
-    the ``done`` ones. A path that is a folder, a file that is not an otafl results file,
-    one locked by another sweep, or one that cannot be written: one-line
-    :class:`OtaflInputError`.
+    the ``done`` ones. With ``grid`` (:func:`otafl.sweep.grid.grid_identity`), the file
+    records the sweep it belongs to, and a file holding runs of a different sweep is
+    refused, naming the first differing key (:meth:`ResultStore.check_grid`). A path that
+    is a folder, a file that is not an otafl results file, one locked by another sweep, or
+    one that cannot be written: one-line :class:`OtaflInputError`.
     """
     p = Path(path)
     if p.is_dir():
@@ -334,17 +486,20 @@ def open_store(path: str | Path, *, resume: bool = False) -> ResultStore:
         _check_marker(p, conn)
         conn.execute("PRAGMA journal_mode = WAL")
         store = ResultStore(p, conn, lock_fd)
+        if grid is not None:
+            store.check_grid(grid)
         n = store.count()
+        if not resume and n > 0:
+            raise OtaflInputError(f"results file {str(p)!r} already holds {n} run(s); pass --resume to continue "
+                                  f"that sweep, or choose another --out path")
+        if grid is not None:
+            store.record_grid(grid)
     except sqlite3.Error as e:
         _close(conn, lock_fd)
         raise _sqlite_error(p, e) from None
     except BaseException:
         _close(conn, lock_fd)
         raise
-    if not resume and n > 0:
-        store.close()
-        raise OtaflInputError(f"results file {str(p)!r} already holds {n} run(s); pass --resume to continue "
-                              f"that sweep, or choose another --out path")
     return store
 
 
