@@ -1,5 +1,6 @@
 """`otafl sweep` end to end: tiny synthetic sweeps through CliRunner and a real subprocess."""
 
+import contextlib
 import json
 import os
 import resource
@@ -171,7 +172,8 @@ def test_sigkill_mid_sweep_then_resume_leaves_every_point_done_exactly_once(tmp_
 @pytest.mark.parametrize("change, needle", [
     (["--set", "train.rounds=3"], f"train.rounds: {ROUNDS} in the store, 3 now"),
     (["--set", "sweep.seeds=[0,1,2]"], "sweep.seeds: [0, 1] in the store, [0, 1, 2] now"),
-    (["--set", 'sweep.axes={"sampling.p"=[0.4,0.5]}'], "sweep.axes.sampling.p: [0.4, 0.9] in the store, [0.4, 0.5] now"),
+    (["--set", 'sweep.axes={"sampling.p"=[0.4,0.5]}'],
+     "sweep.axes.sampling.p: [0.4, 0.9] in the store, [0.4, 0.5] now"),
     ("other spec file", "channel.snr_db: 10.0 in the store, 20.0 now"),
 ])
 def test_resume_with_a_different_sweep_exits_2_naming_the_first_differing_key(tmp_path, change, needle):
@@ -227,3 +229,145 @@ def test_max_points_limits_the_grid_and_can_be_raised(tmp_path):
     assert not db.exists()
     res = invoke(spec, "--dry-run", "--max-points", "4")
     assert res.exit_code == 0 and "4 runs (trained)" in res.stdout
+
+
+# --------------------------------------------------------------------------- real processes: kill -9, Ctrl-C
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+SLOW_SPEC = SPEC.replace(f"rounds = {ROUNDS}", "rounds = 60").replace("users = 8", "users = 20")  # 4 runs, ~1 s each
+
+
+def proc_stat(pid):
+    """(state, ppid, start time) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def descendants(pid):
+    """{pid: start time} of every process below ``pid`` (workers and the resource tracker)."""
+    parent_of = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := proc_stat(int(name))) is not None:
+            parent_of[int(name)] = st
+    found, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        for child, (_, ppid, start) in parent_of.items():
+            if ppid == p and child not in found:
+                found[child] = start
+                todo.append(child)
+    return found
+
+
+def still_alive(procs):
+    """The processes of ``procs`` ({pid: start time}) that still run (zombies count as gone)."""
+    return [p for p, start in procs.items() if (st := proc_stat(p)) and st[2] == start and st[0] not in "ZX"]
+
+
+def start_sweep_process(tmp_path, *args):
+    spec, db = write_spec(tmp_path, SLOW_SPEC), str(tmp_path / "r.sqlite")
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "otafl", "sweep", spec, "--out", db, "--quiet", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return proc, spec, db
+
+
+def wait_until_running(proc, db, n_running, n_children):
+    """Wait until ``n_running`` runs are in flight and the sweep has ``n_children`` descendants."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            running = rows(db, "SELECT COUNT(*) FROM runs WHERE status = 'running'")[0][0]
+        except sqlite3.OperationalError:  # not created yet
+            running = 0
+        kids = descendants(proc.pid)
+        if running >= n_running and len(kids) >= n_children:
+            return kids
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"the sweep did not get going: {proc.communicate()[1].decode()[-2000:]}")
+
+
+def cleanup(proc, kids):
+    """Kill whatever a failed test left behind: the group we started, then stragglers by pid."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in still_alive(kids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@needs_proc
+def test_sigkill_of_the_sweep_process_takes_its_workers_down_within_10_s(tmp_path):
+    proc, _, db = start_sweep_process(tmp_path, "--workers", "2")
+    kids = {}
+    try:
+        kids = wait_until_running(proc, db, n_running=2, n_children=3)  # 2 workers + the resource tracker
+        os.kill(proc.pid, signal.SIGKILL)  # the parent only; its workers must notice by themselves
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while still_alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_alive(kids) == [], [open(f"/proc/{p}/cmdline").read() for p in still_alive(kids)]
+        out, err = proc.communicate(timeout=10)  # the pipes close: nobody holds them open any more
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        cleanup(proc, kids)
+    assert {s for (s,) in rows(db, "SELECT status FROM runs")} <= {"done", "running"}
+
+
+@needs_proc
+@pytest.mark.parametrize("workers, gap", [("2", 0.01), ("0", 0.05)])
+def test_a_double_ctrl_c_gives_one_line_and_exit_130_and_no_traceback(tmp_path, workers, gap):
+    proc, spec, db = start_sweep_process(tmp_path, "--workers", workers)
+    kids = {}
+    try:
+        kids = wait_until_running(proc, db, n_running=max(1, int(workers)), n_children=int(workers))
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group, workers too
+        time.sleep(gap)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        err = err.decode()
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "Exception ignored" not in err and "KeyboardInterrupt" not in err, err
+        assert err.splitlines() == [f"error: interrupted; finished runs are in {db}, rerun with --resume"]
+        deadline = time.monotonic() + 10
+        while still_alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_alive(kids) == []
+    finally:
+        cleanup(proc, kids)
+    if workers != "0":  # what was interrupted is resumable (once is enough: it costs the remaining runs)
+        res = invoke(spec, "--out", db, "--workers", "0", "--resume")
+        assert res.exit_code == 0 and "4 of 4 grid points done" in res.stdout, res.output
+
+
+@needs_proc
+def test_a_killed_worker_fails_its_run_and_stops_the_sweep_with_one_line(tmp_path):
+    proc, spec, db = start_sweep_process(tmp_path, "--workers", "2")
+    kids = {}
+    try:
+        kids = wait_until_running(proc, db, n_running=2, n_children=3)
+        workers = [p for p in kids if "spawn_main" in open(f"/proc/{p}/cmdline").read()]
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)  # as the out-of-memory killer would
+        out, err = proc.communicate(timeout=60)
+        err = err.decode()
+        assert proc.returncode == 2, err
+        assert err.count("\n") == 1 and "a worker process died unexpectedly (killed by SIGKILL" in err, err
+        assert "--resume" in err and "Traceback" not in err
+        deadline = time.monotonic() + 10
+        while still_alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_alive(kids) == []
+    finally:
+        cleanup(proc, kids)
+    failed = rows(db, "SELECT error FROM runs WHERE status = 'failed'")
+    assert len(failed) == 1 and "the worker process died (killed by SIGKILL" in failed[0][0]

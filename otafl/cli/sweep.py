@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import click
 
 from otafl.sweep.grid import DEFAULT_MAX_POINTS
+
+
+def _forget_caught_interrupt() -> None:
+    """Make ``python -m otafl`` exit with our code 130 after a caught Ctrl-C.
+
+    CPython remembers a KeyboardInterrupt that ended code run through a string
+    ``exec``/``eval`` (for example a dataclass being built by an import the interrupt
+    hit), even after it is caught, and ``python -m`` then ends the process by SIGINT
+    (status -2) instead of with the exit code. Every string ``exec`` clears that memory.
+    """
+    exec("pass")  # noqa: S102 - a constant string
 
 
 @click.command("sweep")
@@ -56,6 +69,9 @@ def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet, ma
         except SweepAborted as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: this same line and exit code
+            _forget_caught_interrupt()
             click.echo(f"error: interrupted; finished runs are in {out}, rerun with --resume", err=True)
             ctx.exit(130)
         done = len(points) - len(pending_points(store, points))  # grid points done: never above the grid size
