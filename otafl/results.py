@@ -1,5 +1,9 @@
 """Writing a run's results: ``summary.json`` and ``rounds.csv``, atomically.
 
+:func:`prepare_run_dir` checks an output folder before a run starts (refusing an earlier
+run's folder unless asked to overwrite it, and paths that cannot be written);
+:func:`discard_run_dir` removes what it created if the run then fails.
+
 JSON has no NaN or infinity: non-finite floats are written as the strings ``"nan"``,
 ``"inf"`` and ``"-inf"`` (an undefined or unbounded epsilon stays visible as such), and read
 back as floats by :func:`read_summary`.
@@ -7,11 +11,13 @@ back as floats by :func:`read_summary`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -79,10 +85,115 @@ def rounds_csv(rounds: list[dict]) -> str:
 
 
 def write_run(out_dir: str | Path, summary: dict, rounds: list[dict]) -> None:
-    """Write ``summary.json`` and ``rounds.csv`` into ``out_dir`` (created if needed)."""
+    """Write ``summary.json`` and ``rounds.csv`` into ``out_dir`` (created if needed), all or nothing.
+
+    Both files are written to temporary files first and then renamed into place,
+    ``summary.json`` last. If anything fails, the files it had already replaced are put
+    back (an earlier run's pair stays as it was; a new folder gets neither file).
+    """
     out = Path(out_dir)
-    atomic_write_text(out / "rounds.csv", rounds_csv(rounds))
-    atomic_write_text(out / "summary.json", json.dumps(jsonable(summary), indent=2, sort_keys=True) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    texts = [("rounds.csv", rounds_csv(rounds)),
+             ("summary.json", json.dumps(jsonable(summary), indent=2, sort_keys=True) + "\n")]
+    temps: list[tuple[str, Path]] = []
+    replaced: list[tuple[Path, str | None]] = []  # (file, backup of the file it replaced, or None)
+    backups: list[str] = []
+    try:
+        for name, text in texts:
+            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+            temps.append((tmp, out / name))
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())
+        for tmp, final in temps:
+            backup = None
+            if final.exists():  # keep the earlier file (a hard link, else a copy) until both are in place
+                fd, backup = tempfile.mkstemp(dir=out, prefix=f".{final.name}.", suffix=".bak")
+                os.close(fd)
+                os.unlink(backup)
+                backups.append(backup)
+                try:
+                    os.link(final, backup)
+                except OSError:
+                    shutil.copy2(final, backup)
+            os.replace(tmp, final)
+            replaced.append((final, backup))
+    except BaseException:
+        for final, backup in reversed(replaced):
+            with contextlib.suppress(OSError):
+                if backup is None:
+                    os.unlink(final)
+                else:
+                    os.replace(backup, final)
+        raise
+    finally:
+        for tmp in [t for t, _ in temps] + backups:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or type(e).__name__
+
+
+def prepare_run_dir(out_dir: str | Path, *, overwrite: bool = False) -> list[Path]:
+    """Check, before a run starts, that ``out_dir`` can take its ``summary.json`` and ``rounds.csv``.
+
+    Creates the folder (and missing parents) and proves it writable with a probe file.
+    Refused with a one-line :class:`OtaflInputError` naming the path and the reason: an
+    empty path, a path that is a file or lies under one, a folder that cannot be created
+    or written, and an existing folder that is not empty (an earlier run's results) unless
+    ``overwrite``. Nothing is left behind when refused.
+
+    Returns the folders it created, outermost first, for :func:`discard_run_dir`.
+    """
+    from otafl.errors import OtaflInputError
+
+    if str(out_dir).strip() == "":
+        raise OtaflInputError("the output folder is empty (''); give a folder such as runs/my-run")
+    out = Path(out_dir)
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise OtaflInputError(f"output folder {str(out)!r} exists and is not a folder; choose another --out")
+        try:
+            entries = sorted(os.listdir(out))
+        except OSError as e:
+            raise OtaflInputError(f"output folder {str(out)!r} cannot be read: {_reason(e)}") from None
+        if entries and not overwrite:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise OtaflInputError(f"output folder {str(out)!r} is not empty ({shown}); pass --overwrite to "
+                                  f"replace its summary.json and rounds.csv, or choose another --out")
+    created: list[Path] = []
+    missing: list[Path] = []
+    probe = out
+    while not (probe.exists() or probe.is_symlink()):
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if (probe.exists() or probe.is_symlink()) and not probe.is_dir():
+        raise OtaflInputError(f"cannot create output folder {str(out)!r}: {str(probe)!r} is a file, not a folder")
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=".otafl-write-test.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        discard_run_dir(created)
+        what = "create" if len(created) < len(missing) else "write to"
+        raise OtaflInputError(f"cannot {what} output folder {str(out)!r}: {_reason(e)}") from None
+    return created
+
+
+def discard_run_dir(created: list[Path]) -> None:
+    """Remove the folders :func:`prepare_run_dir` created, innermost first, if still empty."""
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (someone else's files) or already gone: leave it
+            break
 
 
 def read_summary(path: str | Path) -> dict:

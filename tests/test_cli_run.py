@@ -1,6 +1,7 @@
 """`otafl run` through click's CliRunner."""
 
 import csv
+import os
 import json
 
 import pytest
@@ -82,3 +83,101 @@ def test_missing_spec_file_and_unknown_preset_exit_2(tmp_path):
     assert res.exit_code == 2 and "does not exist" in res.output
     res = CliRunner().invoke(cli, ["run", *FAST, "--set", "channel.preset='mars-orbit'"])
     assert res.exit_code == 2 and "mars-orbit" in res.output
+
+
+# --------------------------------------------------------------------------- the output folder
+
+def one_line_error(res):
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.output, res.output
+    return lines[0]
+
+
+def test_an_earlier_runs_folder_is_refused_without_overwrite_and_replaced_with_it(tmp_path):
+    out = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["run", *FAST, "--out", str(out), "--seed", "1"]).exit_code == 0
+    first = (out / "summary.json").read_text()
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(out), "--seed", "2"])
+    assert res.exit_code == 2
+    line = one_line_error(res)
+    assert str(out) in line and "not empty" in line and "--overwrite" in line
+    assert (out / "summary.json").read_text() == first  # untouched
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(out), "--seed", "2", "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "summary.json").read_text())["seed"] == 2
+    assert sorted(p.name for p in out.iterdir()) == ["rounds.csv", "summary.json"]  # no temporary files
+
+
+def test_a_folder_with_someone_elses_files_is_refused_too(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "notes.txt" in one_line_error(res)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_an_empty_out_exits_2_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", ""])
+    assert res.exit_code == 2 and "--out is empty" in one_line_error(res)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where, reason", [
+    ("under-a-file", "is a file, not a folder"),
+    ("proc", "No such file or directory"),
+])
+def test_an_impossible_out_path_exits_2_naming_it_before_training(tmp_path, monkeypatch, where, reason):
+    import otafl.fl.loop
+
+    monkeypatch.setattr(otafl.fl.loop, "run_experiment", lambda *a, **k: pytest.fail("trained anyway"))
+    (tmp_path / "somefile").write_text("x")
+    out = {"under-a-file": tmp_path / "somefile" / "sub" / "run", "proc": "/proc/otafl-no-such-folder/run"}[where]
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(out)])
+    assert res.exit_code == 2
+    line = one_line_error(res)
+    assert str(out) in line and reason in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["somefile"] and (tmp_path / "somefile").read_text() == "x"
+
+
+def test_an_unwritable_out_folder_exits_2_and_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """A read-only folder (root ignores permission bits, so the refusal is simulated)."""
+    import otafl.fl.loop
+    import otafl.results
+
+    def read_only(*a, dir=None, **k):
+        raise PermissionError(13, "Permission denied", dir)
+
+    monkeypatch.setattr(otafl.fl.loop, "run_experiment", lambda *a, **k: pytest.fail("trained anyway"))
+    monkeypatch.setattr(otafl.results.tempfile, "mkstemp", read_only)
+    out = tmp_path / "a" / "b"
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(out)])
+    assert res.exit_code == 2
+    line = one_line_error(res)
+    assert str(out) in line and "Permission denied" in line
+    assert list(tmp_path.iterdir()) == []  # the folders it created are gone again
+
+
+@pytest.mark.parametrize("earlier_run", [False, True])
+def test_a_failed_final_write_leaves_no_partial_results(tmp_path, monkeypatch, earlier_run):
+    import otafl.results
+
+    out = tmp_path / "run"
+    if earlier_run:
+        assert CliRunner().invoke(cli, ["run", *FAST, "--out", str(out), "--seed", "1"]).exit_code == 0
+    before = {p.name: p.read_text() for p in out.iterdir()} if earlier_run else None
+    real_replace = os.replace
+
+    def disk_full(src, dst, *a, **k):  # rounds.csv is replaced, then summary.json fails
+        if os.path.basename(dst) == "summary.json":
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(otafl.results.os, "replace", disk_full)
+    res = CliRunner().invoke(cli, ["run", *FAST, "--out", str(out), "--seed", "2", "--overwrite"])
+    assert res.exit_code == 2
+    line = one_line_error(res)
+    assert str(out) in line and "No space left on device" in line
+    if earlier_run:  # the earlier run's pair, exactly, and nothing else
+        assert {p.name: p.read_text() for p in out.iterdir()} == before
+    else:
+        assert not out.exists()

@@ -1,7 +1,9 @@
 """`otafl sweep` end to end: tiny synthetic sweeps through CliRunner and a real subprocess."""
 
+import contextlib
 import json
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 
 from otafl.cli.main import cli
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 4
 SPEC = f"""
 [data]
@@ -162,3 +165,209 @@ def test_sigkill_mid_sweep_then_resume_leaves_every_point_done_exactly_once(tmp_
     got = rows(db, "SELECT params, status FROM runs")
     assert len(got) == 4 and {s for _, s in got} == {"done"} and len({p for p, _ in got}) == 4
     assert rows(db, "SELECT COUNT(*), COUNT(DISTINCT run_id) FROM rounds") == [(4 * ROUNDS, 4)]
+
+
+# --------------------------------------------------------------------------- resume: one sweep per file
+
+@pytest.mark.parametrize("change, needle", [
+    (["--set", "train.rounds=3"], f"train.rounds: {ROUNDS} in the store, 3 now"),
+    (["--set", "sweep.seeds=[0,1,2]"], "sweep.seeds: [0, 1] in the store, [0, 1, 2] now"),
+    (["--set", 'sweep.axes={"sampling.p"=[0.4,0.5]}'],
+     "sweep.axes.sampling.p: [0.4, 0.9] in the store, [0.4, 0.5] now"),
+    ("other spec file", "channel.snr_db: 10.0 in the store, 20.0 now"),
+])
+def test_resume_with_a_different_sweep_exits_2_naming_the_first_differing_key(tmp_path, change, needle):
+    spec, db = write_spec(tmp_path), str(tmp_path / "r.sqlite")
+    assert invoke(spec, "--out", db, "--workers", "0").exit_code == 0
+    before = rows(db, "SELECT id, params, status FROM runs ORDER BY id")
+    if change == "other spec file":
+        spec, change = write_spec(tmp_path, SPEC.replace("snr_db = 10.0", "snr_db = 20.0"), "other.toml"), []
+    res = invoke(spec, *change, "--out", db, "--workers", "0", "--resume")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1, res.stderr
+    assert "holds a different sweep" in res.stderr and needle in res.stderr, res.stderr
+    assert rows(db, "SELECT id, params, status FROM runs ORDER BY id") == before  # nothing appended or changed
+
+
+def test_resume_reruns_interrupted_runs_in_place_and_counts_at_most_the_grid(tmp_path):
+    spec, db = write_spec(tmp_path), str(tmp_path / "r.sqlite")
+    assert invoke(spec, "--out", db, "--workers", "0").exit_code == 0
+    conn = sqlite3.connect(db)  # as a killed sweep leaves it: two runs in flight
+    conn.execute("UPDATE runs SET status = 'running' WHERE id IN (2, 3)")
+    conn.commit()
+    conn.close()
+    res = invoke(spec, "--out", db, "--workers", "0", "--resume")
+    assert res.exit_code == 0, res.output
+    assert "2 runs done, 2 skipped (already done), 0 failed" in res.stdout and "4 of 4 grid points done" in res.stdout
+    assert rows(db, "SELECT id, status FROM runs ORDER BY id") == [(1, "done"), (2, "done"), (3, "done"), (4, "done")]
+    assert rows(db, "SELECT COUNT(*), COUNT(DISTINCT run_id) FROM rounds") == [(4 * ROUNDS, 4)]
+
+
+# --------------------------------------------------------------------------- grid size
+
+def test_dry_run_of_a_ten_million_point_grid_is_refused_at_once_with_the_count_and_the_limit(tmp_path):
+    axes = ", ".join(f'"{k}" = {list(range(1, 11))}' for k in
+                     ("transmit.clip", "transmit.sigma2", "channel.snr_db", "data.batch_size", "train.rounds",
+                      "model.hidden", "train.eval_every"))
+    text = SPEC.split("[sweep]")[0] + f"[sweep]\nseeds = [0]\naxes = {{ {axes} }}\n"
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    cap = 3 << 30  # a regression (building 10^7 points) fails fast here instead of eating the machine's memory
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "otafl", "sweep", write_spec(tmp_path, text), "--dry-run"],
+                         env=env, capture_output=True, text=True, timeout=120,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    assert time.monotonic() - t0 < 20, "took long: the grid was built"
+    assert res.returncode == 2 and res.stdout == "", res.stderr[-2000:]
+    assert res.stderr.count("\n") == 1 and "10000000 points" in res.stderr, res.stderr
+    assert "over the limit of 100000 points" in res.stderr and "--max-points 10000000" in res.stderr
+
+
+def test_max_points_limits_the_grid_and_can_be_raised(tmp_path):
+    spec, db = write_spec(tmp_path), tmp_path / "r.sqlite"
+    res = invoke(spec, "--out", str(db), "--max-points", "3")
+    assert res.exit_code == 2 and "has 4 points" in res.stderr and "limit of 3 points" in res.stderr
+    assert not db.exists()
+    res = invoke(spec, "--dry-run", "--max-points", "4")
+    assert res.exit_code == 0 and "4 runs (trained)" in res.stdout
+
+
+# --------------------------------------------------------------------------- real processes: kill -9, Ctrl-C
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+SLOW_SPEC = SPEC.replace(f"rounds = {ROUNDS}", "rounds = 60").replace("users = 8", "users = 20")  # 4 runs, ~1 s each
+
+
+def proc_stat(pid):
+    """(state, ppid, start time) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def descendants(pid):
+    """{pid: start time} of every process below ``pid`` (workers and the resource tracker)."""
+    parent_of = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := proc_stat(int(name))) is not None:
+            parent_of[int(name)] = st
+    found, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        for child, (_, ppid, start) in parent_of.items():
+            if ppid == p and child not in found:
+                found[child] = start
+                todo.append(child)
+    return found
+
+
+def still_alive(procs):
+    """The processes of ``procs`` ({pid: start time}) that still run (zombies count as gone)."""
+    return [p for p, start in procs.items() if (st := proc_stat(p)) and st[2] == start and st[0] not in "ZX"]
+
+
+def start_sweep_process(tmp_path, *args):
+    spec, db = write_spec(tmp_path, SLOW_SPEC), str(tmp_path / "r.sqlite")
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "otafl", "sweep", spec, "--out", db, "--quiet", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return proc, spec, db
+
+
+def wait_until_running(proc, db, n_running, n_children):
+    """Wait until ``n_running`` runs are in flight and the sweep has ``n_children`` descendants."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            running = rows(db, "SELECT COUNT(*) FROM runs WHERE status = 'running'")[0][0]
+        except sqlite3.OperationalError:  # not created yet
+            running = 0
+        kids = descendants(proc.pid)
+        if running >= n_running and len(kids) >= n_children:
+            return kids
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"the sweep did not get going: {proc.communicate()[1].decode()[-2000:]}")
+
+
+def cleanup(proc, kids):
+    """Kill whatever a failed test left behind: the group we started, then stragglers by pid."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in still_alive(kids):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@needs_proc
+def test_sigkill_of_the_sweep_process_takes_its_workers_down_within_10_s(tmp_path):
+    proc, _, db = start_sweep_process(tmp_path, "--workers", "2")
+    kids = {}
+    try:
+        kids = wait_until_running(proc, db, n_running=2, n_children=3)  # 2 workers + the resource tracker
+        os.kill(proc.pid, signal.SIGKILL)  # the parent only; its workers must notice by themselves
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while still_alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_alive(kids) == [], [open(f"/proc/{p}/cmdline").read() for p in still_alive(kids)]
+        out, err = proc.communicate(timeout=10)  # the pipes close: nobody holds them open any more
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        cleanup(proc, kids)
+    assert {s for (s,) in rows(db, "SELECT status FROM runs")} <= {"done", "running"}
+
+
+@needs_proc
+@pytest.mark.parametrize("workers, gap", [("2", 0.01), ("0", 0.05)])
+def test_a_double_ctrl_c_gives_one_line_and_exit_130_and_no_traceback(tmp_path, workers, gap):
+    proc, spec, db = start_sweep_process(tmp_path, "--workers", workers)
+    kids = {}
+    try:
+        kids = wait_until_running(proc, db, n_running=max(1, int(workers)), n_children=int(workers))
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group, workers too
+        time.sleep(gap)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        err = err.decode()
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "Exception ignored" not in err and "KeyboardInterrupt" not in err, err
+        assert err.splitlines() == [f"error: interrupted; finished runs are in {db}, rerun with --resume"]
+        deadline = time.monotonic() + 10
+        while still_alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_alive(kids) == []
+    finally:
+        cleanup(proc, kids)
+    if workers != "0":  # what was interrupted is resumable (once is enough: it costs the remaining runs)
+        res = invoke(spec, "--out", db, "--workers", "0", "--resume")
+        assert res.exit_code == 0 and "4 of 4 grid points done" in res.stdout, res.output
+
+
+@needs_proc
+def test_a_killed_worker_fails_its_run_and_stops_the_sweep_with_one_line(tmp_path):
+    proc, spec, db = start_sweep_process(tmp_path, "--workers", "2")
+    kids = {}
+    try:
+        kids = wait_until_running(proc, db, n_running=2, n_children=3)
+        workers = [p for p in kids if "spawn_main" in open(f"/proc/{p}/cmdline").read()]
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)  # as the out-of-memory killer would
+        out, err = proc.communicate(timeout=60)
+        err = err.decode()
+        assert proc.returncode == 2, err
+        assert err.count("\n") == 1 and "a worker process died unexpectedly (killed by SIGKILL" in err, err
+        assert "--resume" in err and "Traceback" not in err
+        deadline = time.monotonic() + 10
+        while still_alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert still_alive(kids) == []
+    finally:
+        cleanup(proc, kids)
+    failed = rows(db, "SELECT error FROM runs WHERE status = 'failed'")
+    assert len(failed) == 1 and "the worker process died (killed by SIGKILL" in failed[0][0]

@@ -107,3 +107,61 @@ def test_an_invalid_point_is_named_in_the_error():
 def test_parse_sweep_defaults():
     s = parse_sweep(None)
     assert s.axes == {} and s.points == [] and s.seeds is None and s.train is True
+
+
+# --------------------------------------------------------------------------- size limit, identity
+
+HUGE = {"axes": {"sampling.p": [0.1 * i for i in range(1, 11)], "channel.snr_db": list(range(100)),
+                 "transmit.clip": list(range(1, 101)), "transmit.sigma2": list(range(1, 101))},
+        "points": [{"sampling.scheme": "channel-aware"}], "seeds": [0, 1]}
+
+
+def test_grid_size_counts_from_the_axis_lengths():
+    from otafl.sweep.grid import grid_size
+
+    assert grid_size(parse_sweep(HUGE)) == (10 * 100 * 100 * 100 + 1) * 2
+    assert grid_size(parse_sweep({"points": [{"sampling.p": 0.5}], "seeds": [1, 2]})) == 2
+    assert grid_size(parse_sweep({"axes": {"sampling.p": [0.1, 0.2]}, "points": [{"sampling.p": 0.5}]})) == 3
+    assert grid_size(parse_sweep(None)) == 1
+
+
+def test_a_grid_over_the_limit_is_refused_before_any_point_is_built(monkeypatch):
+    import otafl.sweep.grid as grid_mod
+
+    def no_building(*a, **k):
+        raise AssertionError("a grid point was built")
+
+    monkeypatch.setattr(grid_mod, "spec_from_mapping", no_building)
+    big = {**HUGE, "axes": {k: v for k, v in HUGE["axes"].items() if k != "transmit.sigma2"}}  # 200,002 points
+    with pytest.raises(OtaflInputError) as err:
+        grid(big)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert ("200002 points ((10 x 100 x 100 axis values + 1 extra point(s)) x 2 seed(s)), "
+            "over the limit of 100000 points") in msg and "--max-points 200002" in msg
+
+
+def test_max_points_refuses_one_point_over_and_accepts_the_limit_itself():
+    sweep = {"axes": {"sampling.p": [0.2, 0.8], "channel.snr_db": [0.0, 10.0, 20.0]}, "seeds": [0, 1]}
+    with pytest.raises(OtaflInputError, match="has 12 points .* over the limit of 11 points"):
+        expand_grid({**BASE, "sweep": sweep}, max_points=11)
+    assert len(expand_grid({**BASE, "sweep": sweep}, max_points=12)[1]) == 12
+    assert len(expand_grid({**BASE, "sweep": sweep}, max_points=None)[1]) == 12
+
+
+def test_grid_identity_lists_sweep_keys_then_the_spec_values_all_points_share():
+    from otafl.sweep.grid import grid_identity
+
+    sweep, points = grid({"axes": {"sampling.p": [0.2, 0.8]}, "seeds": [0, 1]})
+    ident = grid_identity(sweep, points)
+    desc = dict(ident.description)
+    assert list(desc)[:3] == ["sweep.train", "sweep.seeds", "sweep.axes.sampling.p"]
+    assert desc["sweep.seeds"] == [0, 1] and desc["sweep.axes.sampling.p"] == [0.2, 0.8]
+    assert desc["train.rounds"] == 3 and desc["data.users"] == 10
+    assert "sampling.p" not in desc and "train.seed" not in desc  # they vary by point
+    assert [e[0] for e in ident.entries] == [pt.params for pt in points]
+    assert json.loads(ident.entries[1][2]) == {"sampling.p": 0.2, "train.seed": 1}
+    _, again = grid({"axes": {"sampling.p": [0.8, 0.2]}, "seeds": [1, 0]})
+    assert grid_identity(sweep, again).digest == ident.digest  # same runs, other order
+    _, other = grid({"axes": {"sampling.p": [0.2, 0.8]}, "seeds": [0, 1]}, overrides=["train.rounds=4"])
+    assert grid_identity(sweep, other).digest != ident.digest

@@ -8,7 +8,7 @@ import pytest
 
 from otafl.errors import OtaflInputError
 from otafl.sweep.executor import pending_points, run_sweep
-from otafl.sweep.grid import expand_grid
+from otafl.sweep.grid import expand_grid, grid_identity
 from otafl.sweep.store import APP_MARKER, open_store, read_store
 
 X = "{\"x\": 1}"  # a run's params (canonical JSON text)
@@ -163,3 +163,130 @@ def test_permission_denied_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(store_mod.os, "access", lambda *a, **k: False)
     with pytest.raises(OtaflInputError, match="cannot be written \\(permission denied\\)"):
         open_store(tmp_path / "r.sqlite")
+
+
+# --------------------------------------------------------------------------- the sweep a file belongs to
+
+BASE = {"data": {"name": "synthetic", "users": 8}, "channel": {"snr_db": 10.0}, "train": {"rounds": 2}}
+
+
+def identity(sweep=None, base=BASE, overrides=()):
+    sweep = {"axes": {"sampling.p": [0.4, 0.9]}, "seeds": [0, 1]} if sweep is None else sweep
+    spec, points = expand_grid({**base, "sweep": sweep}, overrides=overrides)
+    return grid_identity(spec, points), points
+
+
+def start_sweep(path, grid, points, n_done=1):
+    """A sweep file interrupted after ``n_done`` finished runs, the next one left ``running``."""
+    with open_store(path, grid=grid) as store:
+        for pt in points[:n_done]:
+            store.mark_done(store.mark_running(pt.params, pt.train, pt.values), fake_summary(), fake_rounds())
+        store.mark_running(points[n_done].params, points[n_done].train, points[n_done].values)
+
+
+@pytest.mark.parametrize("sweep, overrides, needle", [
+    (None, ["train.rounds=3"], "train.rounds: 2 in the store, 3 now"),
+    ({"axes": {"sampling.p": [0.4, 0.5]}, "seeds": [0, 1]}, [], "sweep.axes.sampling.p: [0.4, 0.9] in the store, "
+                                                                "[0.4, 0.5] now"),
+    ({"axes": {"sampling.p": [0.4, 0.9]}, "seeds": [0, 1, 2]}, [], "sweep.seeds: [0, 1] in the store, [0, 1, 2] now"),
+    ({"axes": {"sampling.p": [0.4, 0.9], "channel.snr_db": [0.0]}, "seeds": [0, 1]}, [],
+     "sweep.axes.channel.snr_db: (none) in the store, [0.0] now"),
+    (None, ["sweep.train=false"], "sweep.train: true in the store, false now"),
+    (None, ["data.users=9"], "data.users: 8 in the store, 9 now"),
+])
+def test_resuming_a_file_of_another_sweep_is_refused_naming_the_first_differing_key(tmp_path, sweep, overrides,
+                                                                                       needle):
+    path = tmp_path / "r.sqlite"
+    grid, points = identity()
+    start_sweep(path, grid, points)
+    other, _ = identity(sweep, overrides=overrides)
+    with pytest.raises(OtaflInputError) as err:
+        open_store(path, resume=True, grid=other)
+    msg = str(err.value)
+    assert "holds a different sweep" in msg and needle in msg and "\n" not in msg, msg
+    with read_store(path) as store:  # untouched
+        assert store.count() == 2 and store.count("running") == 1
+        assert store.meta()["grid_sha256"] == grid.digest
+    open_store(path, resume=True, grid=grid).close()  # the file is not locked by the refusal
+
+
+def test_the_same_grid_written_differently_resumes(tmp_path):
+    path = tmp_path / "r.sqlite"
+    grid, points = identity({"axes": {"sampling.p": [0.4, 0.9], "channel.snr_db": [0.0, 10.0]}, "seeds": [0, 1]})
+    start_sweep(path, grid, points)
+    same, _ = identity({"axes": {"channel.snr_db": [10.0, 0.0], "sampling.p": [0.9, 0.4]}, "seeds": [1, 0]})
+    assert same.digest == grid.digest and [e[0] for e in same.entries] != [e[0] for e in grid.entries]
+    with open_store(path, resume=True, grid=same) as store:
+        assert store.count() == 2
+
+
+def test_an_empty_file_takes_the_grid_of_the_sweep_that_writes_it(tmp_path):
+    path = tmp_path / "r.sqlite"
+    first, _ = identity()
+    open_store(path, grid=first).close()  # created, nothing run
+    second, points = identity(overrides=["train.rounds=3"])
+    with open_store(path, grid=second) as store:
+        assert store.meta()["grid_sha256"] == second.digest and store.meta()["schema"] == "2"
+        assert [e[0] for e in store.grid_entries()] == [pt.params for pt in points]
+
+
+def test_stale_running_rows_of_a_resumed_sweep_are_rerun_in_place_and_never_duplicated(tmp_path):
+    path = tmp_path / "r.sqlite"
+    grid, points = identity()
+    start_sweep(path, grid, points, n_done=1)
+    with open_store(path, resume=True, grid=grid) as store:
+        stale = store.status_of(points[1].params, True)
+        assert stale[1] == "running"
+        report = run_sweep(store, points, workers=0, progress=False)
+        assert (report.total, report.skipped, report.done, report.failed) == (4, 1, 3, 0)
+        assert store.status_of(points[1].params, True) == (stale[0], "done")  # same row, replaced
+        assert store.count() == store.count("done") == len(points) == 4
+        assert len(store.rounds(stale[0])) == 2  # the rerun's rounds (train.rounds = 2), not the stale ones
+        assert pending_points(store, points) == []
+
+
+def make_schema_1(path, points, n_done=2):
+    """A results file as the previous otafl wrote it: schema 1, no recorded grid."""
+    with open_store(path) as store:
+        for pt in points[:n_done]:
+            store.mark_done(store.mark_running(pt.params, pt.train, pt.values), fake_summary(), fake_rounds())
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE grid")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+
+
+def test_a_schema_1_file_is_read_and_a_resume_of_its_own_sweep_records_the_grid(tmp_path):
+    path = tmp_path / "old.sqlite"
+    grid, points = identity()
+    make_schema_1(path, points)
+    with read_store(path) as store:
+        assert len(store.runs()) == 2 and store.grid_entries() == []
+    with open_store(path, resume=True, grid=grid) as store:
+        assert store.meta()["schema"] == "2" and store.meta()["grid_sha256"] == grid.digest
+        assert len(store.grid_entries()) == 4 and store.count("done") == 2
+
+
+def test_a_schema_1_file_of_another_sweep_is_refused_naming_the_key_and_left_at_schema_1(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _, points = identity()
+    make_schema_1(path, points)
+    other, _ = identity(overrides=["train.rounds=5"])
+    with pytest.raises(OtaflInputError, match=r"different sweep \(train.rounds: 2 in the store, 5 now \(grid point "
+                                              r"sampling.p=0.4, train.seed=0\)\)"):
+        open_store(path, resume=True, grid=other)
+    with read_store(path) as store:
+        assert store.meta()["schema"] == "1"
+
+
+def test_a_file_of_a_newer_schema_is_refused_with_one_line(tmp_path):
+    path = tmp_path / "new.sqlite"
+    open_store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+    for opener in (read_store, lambda p: open_store(p, resume=True)):
+        with pytest.raises(OtaflInputError, match="uses results schema '99'; this otafl reads schema 1 and 2"):
+            opener(path)

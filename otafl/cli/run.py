@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from otafl.device import DEVICES
+
 
 @click.command("run")
 @click.argument("spec", required=False, type=click.Path(dir_okay=False))
@@ -15,25 +17,33 @@ import click
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output folder for summary.json and rounds.csv [default: runs/<spec name>].")
 @click.option("--seed", type=int, default=None, help="Override train.seed.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+@click.option("--device", type=click.Choice(DEVICES), default=None,
               help="Where tensors live [default: the spec's train.device, auto].")
+@click.option("--overwrite", is_flag=True,
+              help="Replace summary.json and rounds.csv in an OUT folder that is not empty.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run(spec, overrides, out_dir, seed, device, quiet):
+def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     """Train FedSGD over the wireless MAC described by SPEC (a TOML file).
 
     Without SPEC, every value takes its default (embedded MNIST, 200 users).
-    Writes OUT/summary.json and OUT/rounds.csv only when the run finishes.
+    Writes OUT/summary.json and OUT/rounds.csv only when the run finishes. An OUT folder
+    that is not empty (an earlier run) is refused unless --overwrite; so is one that
+    cannot be written, before the run starts.
     """
     from tqdm import tqdm
 
     from otafl.config import load_spec
     from otafl.fl.loop import run_experiment
-    from otafl.results import write_run
+    from otafl.errors import OtaflInputError
+    from otafl.results import discard_run_dir, prepare_run_dir, write_run
 
     overrides = list(overrides) + ([f"train.seed={seed}"] if seed is not None else [])
+    if out_dir is not None and not out_dir.strip():
+        raise OtaflInputError("--out is empty; give an output folder such as runs/my-run")
     cfg = load_spec(spec, overrides)
     if out_dir is None:
         out_dir = os.path.join("runs", Path(spec).stem if spec else "default")
+    created = prepare_run_dir(out_dir, overwrite=overwrite)  # refused here, before any training
     bars = []  # made at the first round, so that an error while loading data prints one line
 
     def on_round(rec: dict) -> None:
@@ -46,11 +56,18 @@ def run(spec, overrides, out_dir, seed, device, quiet):
             bar.set_postfix(acc=f"{rec['test_accuracy']:.3f}", K_t=rec["participants"])
 
     try:
-        result = run_experiment(cfg, device=device, on_round=on_round)
-    finally:
-        for bar in bars:
-            bar.close()
-    write_run(out_dir, result.summary, result.rounds)
+        try:
+            result = run_experiment(cfg, device=device, on_round=on_round)
+        finally:
+            for bar in bars:
+                bar.close()
+        try:
+            write_run(out_dir, result.summary, result.rounds)  # all or nothing
+        except OSError as e:
+            raise OtaflInputError(f"cannot write the results to {out_dir!r}: {e.strerror or e}") from None
+    except BaseException:
+        discard_run_dir(created)  # a failed or interrupted run leaves no folder of ours behind
+        raise
     s = result.summary
     click.echo(f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
                f"mean participants {s['mean_participants']:.1f} of {s['users']}; "

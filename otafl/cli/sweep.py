@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import click
+
+from otafl.device import DEVICES
+
+from otafl.sweep.grid import DEFAULT_MAX_POINTS
+
+
+def _forget_caught_interrupt() -> None:
+    """Make ``python -m otafl`` exit with our code 130 after a caught Ctrl-C.
+
+    CPython remembers a KeyboardInterrupt that ended code run through a string
+    ``exec``/``eval`` (for example a dataclass being built by an import the interrupt
+    hit), even after it is caught, and ``python -m`` then ends the process by SIGINT
+    (status -2) instead of with the exit code. Every string ``exec`` clears that memory.
+    """
+    exec("pass")  # noqa: S102 - a constant string
 
 
 @click.command("sweep")
@@ -19,24 +36,28 @@ import click
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a spec value for every point, e.g. --set train.rounds=50, or a sweep key, "
                    "e.g. --set sweep.train=false (repeatable).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+@click.option("--device", type=click.Choice(DEVICES), default=None,
               help="Where tensors live [default: each spec's train.device].")
 @click.option("--dry-run", is_flag=True, help="Validate the grid and list its points; run nothing.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--max-points", type=click.IntRange(min=1), default=DEFAULT_MAX_POINTS, show_default=True,
+              help="Refuse a larger grid (counted from the axis lengths before any point is built).")
 @click.pass_context
-def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet):
+def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet, max_points):
     """Run every point of the [sweep] grid in SPEC and store each finished run in OUT.
 
     The grid is the product of [sweep.axes] (any section.key of the spec) plus the
     [[sweep.points]], each crossed with sweep.seeds. Every point is validated before
     anything runs. Each finished run is committed at once (with its per-round rows), so
-    an interrupted sweep loses only the runs in flight: rerun with --resume.
+    an interrupted sweep loses only the runs in flight: rerun with --resume. The results
+    file remembers its sweep: --resume with another spec, axes, seeds or --set values is
+    refused.
     """
-    from otafl.sweep.executor import SweepAborted, run_sweep
-    from otafl.sweep.grid import load_grid, point_label
+    from otafl.sweep.executor import SweepAborted, pending_points, run_sweep
+    from otafl.sweep.grid import grid_identity, load_grid, point_label
     from otafl.sweep.store import open_store
 
-    sweep_spec, points = load_grid(spec, overrides)
+    sweep_spec, points = load_grid(spec, overrides, max_points=max_points)
     if dry_run:
         for pt in points:
             click.echo(f"{pt.index:4d}  {point_label(pt.values)}")
@@ -44,15 +65,18 @@ def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet):
         return
     if out is None:
         out = os.path.join("runs", f"{Path(spec).stem}.sqlite")
-    with open_store(out, resume=resume) as store:
+    with open_store(out, resume=resume, grid=grid_identity(sweep_spec, points)) as store:
         try:
             report = run_sweep(store, points, workers=workers, device=device, progress=not quiet)
         except SweepAborted as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: this same line and exit code
+            _forget_caught_interrupt()
             click.echo(f"error: interrupted; finished runs are in {out}, rerun with --resume", err=True)
             ctx.exit(130)
-        done = store.count("done")
+        done = len(points) - len(pending_points(store, points))  # grid points done: never above the grid size
     click.echo(f"{report.done} runs done, {report.skipped} skipped (already done), {report.failed} failed "
                f"in {report.wall_seconds:.1f} s; {done} of {report.total} grid points done -> {out}")
     if report.failed:

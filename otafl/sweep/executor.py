@@ -6,23 +6,40 @@ to a worker, and commits the worker's returned ``(summary, rounds)`` in one tran
 is no write contention and a killed worker or parent loses at most the runs in flight,
 which stay ``running`` and are rerun by ``--resume``.
 
-Workers are ``spawn``-ed processes (:class:`concurrent.futures.ProcessPoolExecutor`):
-no inherited locks or CUDA state, same behaviour on Linux, macOS and Windows. Each uses
-one torch thread, so N workers fill N cores without oversubscription. At most N points
-are in flight at a time, so ``running`` means "being computed now". ``workers = 0`` runs
-the points in the calling process (debugging, notebooks).
+Workers are ``spawn``-ed processes, each talking to the parent over its own pipe: no
+inherited locks or CUDA state, same behaviour on Linux, macOS and Windows. Each uses one
+torch thread, so N workers fill N cores without oversubscription. At most N points are in
+flight at a time, so ``running`` means "being computed now". ``workers = 0`` runs the
+points in the calling process (debugging, notebooks).
+
+Failure behaviour:
+
+* Workers never outlive the parent. On Linux each asks the kernel for SIGKILL when its
+  parent dies (``prctl(PR_SET_PDEATHSIG)``); everywhere a watchdog thread ends the worker
+  within about a second once the parent is gone (its sentinel pipe closes or its pid
+  changes), and an idle worker sees its pipe close. So ``kill -9`` of the sweep leaves
+  no process behind holding the terminal or a ``| tee`` pipe open.
+* Workers ignore SIGINT (they are started with it ignored, so a Ctrl-C sent to the whole
+  process group reaches only the parent). On Ctrl-C the parent stops the workers at once
+  (their runs stay ``running``) and re-raises :class:`KeyboardInterrupt`; further
+  interrupts during that cleanup are absorbed, so there is no second traceback.
+* A worker that dies (out of memory, killed) fails its run and aborts the sweep with
+  :class:`SweepAborted`; finished runs are kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from multiprocessing.connection import wait as wait_for
+from typing import Any, Callable, Iterator, Sequence
 
 from otafl.config import Spec
 from otafl.errors import OtaflInputError
@@ -31,9 +48,13 @@ from otafl.sweep.store import ResultStore
 
 __all__ = ["SweepAborted", "SweepReport", "pending_points", "run_point", "run_sweep"]
 
+STOP_TIMEOUT_S = 5.0  # how long a finished worker may take to exit before it is terminated
+KILL_TIMEOUT_S = 2.0  # how long a terminated worker may take before SIGKILL
+WATCHDOG_INTERVAL_S = 0.5  # how often a worker checks that its parent is alive
+
 
 class SweepAborted(RuntimeError):
-    """The worker pool died (a worker was killed, e.g. out of memory); finished runs are kept."""
+    """A worker process died (killed, e.g. out of memory); finished runs are kept."""
 
 
 @dataclass
@@ -48,8 +69,11 @@ class SweepReport:
     wall_seconds: float = 0.0
 
 
+# --------------------------------------------------------------------------- worker side
+
+
 def _init_worker() -> None:
-    """Process initializer: one torch thread per worker (N workers on N cores)."""
+    """One torch thread per worker (N workers on N cores)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -58,6 +82,74 @@ def _init_worker() -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set (or parallel work already started)
         pass
+
+
+def _set_parent_death_signal() -> bool:
+    """Linux: have the kernel SIGKILL this process when its parent dies. True if set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        return libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no libc / no prctl: the watchdog still applies
+        return False
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Watchdog thread: end this worker as soon as the parent is gone (portable fallback)."""
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    while True:
+        if sentinel is not None:
+            try:
+                gone = bool(wait_for([sentinel], timeout=WATCHDOG_INTERVAL_S))
+            except OSError:
+                gone = True
+        else:
+            time.sleep(WATCHDOG_INTERVAL_S)
+            gone = False
+        if gone or os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def _guard_parent(parent_pid: int) -> None:
+    """Make this worker die with its parent: PDEATHSIG (Linux) plus a watchdog thread."""
+    _set_parent_death_signal()
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="otafl-parent-watchdog", daemon=True).start()
+
+
+def _worker_main(conn, parent_pid: int) -> None:
+    """A worker: receive (job id, spec, train, device), send back (job id, ok, payload)."""
+    _guard_parent(parent_pid)
+    with contextlib.suppress(ValueError, OSError):  # started with SIGINT ignored; keep it so
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _init_worker()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if msg is None:
+            return
+        job_id, spec, train, device = msg
+        try:
+            reply = (job_id, True, run_point(spec, train, device))
+        except Exception as e:  # noqa: BLE001 - reported as a failed run
+            reply = (job_id, False, _one_line(e))
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, EOFError, OSError):
+            return
+        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable summary value
+            try:
+                conn.send((job_id, False, f"the run's results could not be sent back: {_one_line(e)}"))
+            except (BrokenPipeError, EOFError, OSError):
+                return
 
 
 def run_point(spec: Spec, train: bool, device: str | None = None) -> tuple[dict, list[dict]]:
@@ -76,6 +168,81 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}{where}"
 
 
+# --------------------------------------------------------------------------- parent side
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored (children started inside inherit that, so Ctrl-C reaches the parent only)."""
+    if not _in_main_thread() or not hasattr(signal, "SIGINT"):
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[list[int]]:
+    """Record SIGINTs instead of raising them (cleanup must not be interrupted half-way)."""
+    seen: list[int] = []
+    if not _in_main_thread():
+        yield seen
+        return
+    old = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class _Worker:
+    """One worker process, its end of the pipe and the run it is computing (if any)."""
+
+    def __init__(self, ctx, index: int):
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_worker_main, args=(child_conn, os.getpid()),
+                                   name=f"otafl-sweep-worker-{index}")
+        with _sigint_ignored():  # the child inherits SIG_IGN from the fork
+            self.process.start()
+        child_conn.close()
+        self.job: tuple[GridPoint, int] | None = None
+
+    def stop(self) -> None:
+        """Ask an idle worker to exit (no effect if it is already gone)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+
+
+def _shut_down(pool: list[_Worker], graceful: bool) -> None:
+    """End every worker: ask politely and wait (``graceful``), else terminate at once."""
+    if graceful:
+        for w in pool:
+            w.stop()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for w in pool:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+    for w in pool:
+        if w.process.is_alive():
+            w.process.terminate()
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    for w in pool:
+        w.process.join(max(0.0, deadline - time.monotonic()))
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(KILL_TIMEOUT_S)
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        with contextlib.suppress(ValueError):
+            w.process.close()
+
+
 def pending_points(store: ResultStore, points: Sequence[GridPoint]) -> list[GridPoint]:
     """The points that still need a run: never started, ``running`` (interrupted) or ``failed``."""
     todo = []
@@ -84,6 +251,16 @@ def pending_points(store: ResultStore, points: Sequence[GridPoint]) -> list[Grid
         if st is None or st[1] != "done":
             todo.append(pt)
     return todo
+
+
+def _died(process) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int = 1, device: str | None = None,
@@ -108,7 +285,9 @@ def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int =
     Returns
     -------
     SweepReport. A failed run is recorded as ``failed`` with its error and the sweep goes
-    on; Ctrl-C stops it, leaving the runs in flight ``running`` for ``--resume``.
+    on; Ctrl-C stops it (and its workers), leaving the runs in flight ``running`` for
+    ``--resume``. A worker that dies raises :class:`SweepAborted` after recording its run
+    as ``failed``.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise OtaflInputError(f"workers = {workers!r} is outside the allowed range [0, inf) (an integer)")
@@ -120,9 +299,9 @@ def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int =
     bar = tqdm(total=len(todo), desc="sweep", unit="run", disable=not progress, dynamic_ncols=True,
                smoothing=0.0)  # smoothing 0: ETA from the average run time so far
 
-    def finish(pt: GridPoint, run_id: int, outcome: tuple[dict, list[dict]] | BaseException) -> None:
-        if isinstance(outcome, BaseException):
-            msg = f"{point_label(pt.values)}: {_one_line(outcome)}"
+    def finish(pt: GridPoint, run_id: int, outcome: tuple[dict, list[dict]] | str | BaseException) -> None:
+        if isinstance(outcome, (str, BaseException)):
+            msg = f"{point_label(pt.values)}: {outcome if isinstance(outcome, str) else _one_line(outcome)}"
             store.mark_failed(run_id, msg)
             report.failed += 1
             if len(report.errors) < 5:
@@ -141,41 +320,61 @@ def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int =
             for pt in todo:
                 run_id = store.mark_running(pt.params, pt.train, pt.values)
                 try:
-                    outcome = run_point(pt.spec, pt.train, device)
+                    outcome: Any = run_point(pt.spec, pt.train, device)
                 except Exception as e:  # noqa: BLE001 - recorded as a failed run
                     outcome = e
                 finish(pt, run_id, outcome)
         elif todo:
-            ctx = multiprocessing.get_context("spawn")
-            queue = list(reversed(todo))
-            in_flight: dict[Future, tuple[GridPoint, int]] = {}
-            workers = min(workers, len(todo))
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
-                try:
-                    while queue or in_flight:
-                        while queue and len(in_flight) < workers:
-                            pt = queue.pop()
-                            run_id = store.mark_running(pt.params, pt.train, pt.values)
-                            try:
-                                fut = pool.submit(run_point, pt.spec, pt.train, device)
-                            except BrokenProcessPool:
-                                store.mark_failed(run_id, "worker pool broken before the run started")
-                                raise SweepAborted(
-                                    "a worker process died unexpectedly (out of memory?); finished runs are "
-                                    "saved, rerun the same command with --resume") from None
-                            in_flight[fut] = (pt, run_id)
-                        finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            pt, run_id = in_flight.pop(fut)
-                            try:
-                                outcome = fut.result()
-                            except Exception as e:  # noqa: BLE001 - includes a crashed worker
-                                outcome = e
-                            finish(pt, run_id, outcome)
-                except BaseException:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+            _run_in_workers(store, todo, min(workers, len(todo)), device, finish)
     finally:
         bar.close()
         report.wall_seconds = time.perf_counter() - t0
     return report
+
+
+def _run_in_workers(store: ResultStore, todo: list[GridPoint], n: int, device: str | None,
+                    finish: Callable[[GridPoint, int, Any], None]) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    queue = list(reversed(todo))
+    pool: list[_Worker] = []
+    graceful = False
+    try:
+        for i in range(n):
+            pool.append(_Worker(ctx, i))
+        while True:
+            for w in pool:
+                if w.job is None and queue:
+                    pt = queue.pop()
+                    run_id = store.mark_running(pt.params, pt.train, pt.values)
+                    w.job = (pt, run_id)
+                    try:
+                        w.conn.send((run_id, pt.spec, pt.train, device))
+                    except (BrokenPipeError, EOFError, OSError):
+                        pass  # the worker is dead: its sentinel is ready, handled below
+            busy = [w for w in pool if w.job is not None]
+            if not busy:
+                break
+            ready = set(wait_for([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+            for w in busy:
+                pt, run_id = w.job
+                if w.conn in ready or w.process.sentinel in ready:
+                    try:
+                        got = w.conn.recv() if w.conn.poll() else None
+                    except (EOFError, OSError):
+                        got = None
+                    if got is None:  # no answer and the process ended: it died
+                        w.process.join(KILL_TIMEOUT_S)
+                        why = _died(w.process)
+                        finish(pt, run_id, f"the worker process died ({why}; out of memory?)")
+                        raise SweepAborted(f"a worker process died unexpectedly ({why}; out of memory?); finished "
+                                           f"runs are saved, rerun the same command with --resume")
+                    job_id, ok, payload = got
+                    w.job = None
+                    finish(pt, run_id, payload)
+        graceful = True
+    finally:
+        # Stop the workers whatever happened; a second Ctrl-C must not cut this short.
+        with _sigint_deferred() as interrupted:
+            _shut_down(pool, graceful)
+        if interrupted and graceful:
+            raise KeyboardInterrupt

@@ -26,24 +26,35 @@ apply in this order: the spec file, then ``--set`` overrides, then the grid poin
 grid value always wins. Every point's spec is built and validated by
 :func:`otafl.config.spec_from_mapping` before anything runs; a bad axis stops the sweep
 with one line that names the point. Points whose full spec is identical are kept once.
+
+Size: the number of points is counted from the axis lengths first (:func:`grid_size`), and
+a grid of more than ``max_points`` (default :data:`DEFAULT_MAX_POINTS`, ``otafl sweep
+--max-points``) is refused before a single point is built.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from otafl.config import SECTIONS, Spec, parse_override, read_toml, spec_from_mapping
 from otafl.errors import OtaflInputError
+from otafl.results import jsonable
+from otafl.sweep.identity import GridIdentity
 
-__all__ = ["SweepSpec", "GridPoint", "parse_sweep", "expand_grid", "load_grid", "point_label"]
+__all__ = ["DEFAULT_MAX_POINTS", "SweepSpec", "GridPoint", "check_grid_size", "expand_grid", "grid_identity",
+           "grid_size", "load_grid", "parse_sweep", "point_label"]
 
 SWEEP_KEYS = ("axes", "points", "seeds", "train")
+DEFAULT_MAX_POINTS = 100_000  # larger grids are refused before any point is built (--max-points)
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,7 @@ class GridPoint:
     spec: Spec
     train: bool
 
-    @property
+    @functools.cached_property
     def params(self) -> str:
         return self.spec.canonical_json()
 
@@ -146,30 +157,36 @@ def point_label(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in values.items()) or "(base spec)"
 
 
-def expand_grid(raw: Mapping[str, Any], *, base_dir: Path | None = None,
-                overrides: list[str] | tuple[str, ...] = ()) -> tuple[SweepSpec, list[GridPoint]]:
-    """Expand a parsed spec file (with its ``[sweep]`` table) into validated grid points.
+def grid_size(sweep: SweepSpec) -> int:
+    """Number of grid points from the axis lengths, without building any of them.
 
-    Parameters
-    ----------
-    raw : mapping
-        The parsed TOML (``read_toml``), ``[sweep]`` included.
-    base_dir : Path, optional
-        Folder of the spec file (channel presets are looked up relative to it).
-    overrides : sequence of ``section.key=value``
-        ``--set`` strings; ``sweep.KEY=VALUE`` overrides a key of the ``[sweep]`` table
-        (``--set sweep.train=false``, ``--set 'sweep.seeds=[0,1,2]'``).
-
-    Returns
-    -------
-    (SweepSpec, list of GridPoint), the points in run order, duplicates removed.
-
-    Raises
-    ------
-    OtaflInputError
-        Bad ``[sweep]`` table, or the first grid point whose spec does not validate
-        (the message names that point's values).
+    (product of the axis lengths, if there are axes or no extra points) + extra points,
+    times the number of seeds. An upper bound: points whose full spec is identical are
+    kept once by :func:`expand_grid`.
     """
+    combos = math.prod(len(v) for v in sweep.axes.values()) if (sweep.axes or not sweep.points) else 0
+    return (combos + len(sweep.points)) * (len(sweep.seeds) if sweep.seeds is not None else 1)
+
+
+def check_grid_size(sweep: SweepSpec, max_points: int | None = DEFAULT_MAX_POINTS) -> int:
+    """:func:`grid_size`, or a one-line :class:`OtaflInputError` if it exceeds ``max_points``."""
+    n = grid_size(sweep)
+    if max_points is not None and n > max_points:
+        parts = []
+        if sweep.axes:
+            parts.append(" x ".join(str(len(v)) for v in sweep.axes.values()) + " axis values")
+        if sweep.points:
+            parts.append(f"{len(sweep.points)} extra point(s)")
+        how = " + ".join(parts) or "the base spec"
+        if sweep.seeds is not None:
+            how = f"{f'({how})' if len(parts) > 1 else how} x {len(sweep.seeds)} seed(s)"
+        raise OtaflInputError(f"the sweep grid has {n} points ({how}), over the limit of {max_points} points; "
+                              f"narrow sweep.axes or pass --max-points {n} to run it anyway")
+    return n
+
+
+def _split_overrides(raw: Mapping[str, Any], overrides: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], Any]:
+    """The run sections and the ``[sweep]`` table of ``raw``, with ``--set`` overrides applied."""
     base: dict[str, Any] = {k: copy.deepcopy(v) for k, v in raw.items() if k != "sweep"}
     sweep_table = copy.deepcopy(raw.get("sweep", {}))
     for text in overrides:
@@ -183,16 +200,49 @@ def expand_grid(raw: Mapping[str, Any], *, base_dir: Path | None = None,
             if not isinstance(body, dict):
                 raise OtaflInputError(f"[{section}] must be a table, found {body!r}")
             body[key] = value
-    sweep = parse_sweep(sweep_table)
+    return base, sweep_table
 
-    combos: list[dict[str, Any]] = []
+
+def expand_grid(raw: Mapping[str, Any], *, base_dir: Path | None = None,
+                overrides: list[str] | tuple[str, ...] = (),
+                max_points: int | None = DEFAULT_MAX_POINTS) -> tuple[SweepSpec, list[GridPoint]]:
+    """Expand a parsed spec file (with its ``[sweep]`` table) into validated grid points.
+
+    Parameters
+    ----------
+    raw : mapping
+        The parsed TOML (``read_toml``), ``[sweep]`` included.
+    base_dir : Path, optional
+        Folder of the spec file (channel presets are looked up relative to it).
+    overrides : sequence of ``section.key=value``
+        ``--set`` strings; ``sweep.KEY=VALUE`` overrides a key of the ``[sweep]`` table
+        (``--set sweep.train=false``, ``--set 'sweep.seeds=[0,1,2]'``).
+    max_points : int or None
+        Refuse a grid of more points than this (counted from the axis lengths, before
+        anything is built; :func:`grid_size`); None: no limit.
+
+    Returns
+    -------
+    (SweepSpec, list of GridPoint), the points in run order, duplicates removed.
+
+    Raises
+    ------
+    OtaflInputError
+        Bad ``[sweep]`` table, a grid over ``max_points``, or the first grid point whose
+        spec does not validate (the message names that point's values).
+    """
+    base, sweep_table = _split_overrides(raw, overrides)
+    sweep = parse_sweep(sweep_table)
+    check_grid_size(sweep, max_points)
+
     names = list(sweep.axes)
+    combos: Iterable[dict[str, Any]] = ()
     if names or not sweep.points:
-        combos += [dict(zip(names, vals)) for vals in itertools.product(*(sweep.axes[n] for n in names))]
-    combos += [dict(p) for p in sweep.points]
+        combos = (dict(zip(names, vals)) for vals in itertools.product(*(sweep.axes[n] for n in names)))
+    combos = itertools.chain(combos, (dict(p) for p in sweep.points))
 
     points: list[GridPoint] = []
-    seen: set[str] = set()
+    seen: set[bytes] = set()
     for combo in combos:
         tree = copy.deepcopy(base)
         for dotted, value in combo.items():
@@ -208,16 +258,40 @@ def expand_grid(raw: Mapping[str, Any], *, base_dir: Path | None = None,
         seeds = sweep.seeds if sweep.seeds is not None else [first.train.seed]
         for seed in seeds:
             spec = dataclasses.replace(first, train=dataclasses.replace(first.train, seed=seed))
-            key = spec.canonical_json()
+            pt = GridPoint(index=len(points), values={**combo, "train.seed": seed}, spec=spec, train=sweep.train)
+            key = hashlib.sha256(pt.params.encode()).digest()
             if key in seen:
                 continue
             seen.add(key)
-            points.append(GridPoint(index=len(points), values={**combo, "train.seed": seed},
-                                    spec=spec, train=sweep.train))
+            points.append(pt)
     return sweep, points
 
 
-def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[SweepSpec, list[GridPoint]]:
+def grid_identity(sweep: SweepSpec, points: Sequence[GridPoint]) -> GridIdentity:
+    """The sweep's identity for its results file: every point's (params, train, values), and
+    a description (``sweep.*`` keys, then the spec values all points share) from which a
+    mismatch is explained as ``train.rounds: 3 in the store, 4 now``."""
+    entries = []
+    shared: dict[str, Any] | None = None
+    for pt in points:
+        params = pt.params
+        entries.append((params, pt.train, json.dumps(jsonable(dict(pt.values)), sort_keys=True)))
+        flat = {f"{section}.{key}": v for section, body in json.loads(params).items() for key, v in body.items()}
+        if shared is None:
+            shared = flat
+        else:
+            shared = {k: v for k, v in shared.items() if k in flat and flat[k] == v}
+    seeds = sweep.seeds if sweep.seeds is not None else sorted({pt.spec.train.seed for pt in points})
+    desc: list[tuple[str, Any]] = [("sweep.train", sweep.train), ("sweep.seeds", list(seeds))]
+    desc += [(f"sweep.axes.{name}", values) for name, values in sweep.axes.items()]
+    if sweep.points:
+        desc.append(("sweep.points", sweep.points))
+    desc += [(k, v) for k, v in (shared or {}).items() if k != "train.seed"]
+    return GridIdentity(entries=tuple(entries), description=tuple(desc))
+
+
+def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+              max_points: int | None = DEFAULT_MAX_POINTS) -> tuple[SweepSpec, list[GridPoint]]:
     """Read a spec file and expand its ``[sweep]`` table (see :func:`expand_grid`)."""
     raw = read_toml(path)
-    return expand_grid(raw, base_dir=Path(path).resolve().parent, overrides=overrides)
+    return expand_grid(raw, base_dir=Path(path).resolve().parent, overrides=overrides, max_points=max_points)

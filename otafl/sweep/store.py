@@ -1,8 +1,13 @@
 """The SQLite results store of a sweep: one file, queryable, safe against crashes.
 
-Schema (``SCHEMA_VERSION`` 1)::
+Schema (``SCHEMA_VERSION`` 2)::
 
-    meta(key TEXT PRIMARY KEY, value TEXT)   -- ('app', 'otafl-sweep'), ('schema', '1'), ('created_at', ...)
+    meta(key TEXT PRIMARY KEY, value TEXT)   -- ('app', 'otafl-sweep'), ('schema', '2'), ('created_at', ...),
+                                             -- the sweep's identity: ('grid_sha256', ...), ('grid_points', N),
+                                             -- ('sweep', JSON [[key, value], ...]: sweep.* keys and the spec
+                                             --  values every point shares, for "what differs" messages)
+    grid(idx INTEGER PRIMARY KEY,           -- the sweep's grid points in run order
+         params TEXT, train INTEGER, point TEXT, UNIQUE(params, train))
     runs(id INTEGER PRIMARY KEY,
          params TEXT,          -- the run's full spec as canonical JSON (Spec.canonical_json)
          train INTEGER,        -- 1: trained, 0: bounds only
@@ -16,6 +21,13 @@ Schema (``SCHEMA_VERSION`` 1)::
          UNIQUE(params, train))
     rounds(run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE, round INTEGER,
            <one column per per-round field>, PRIMARY KEY(run_id, round))
+
+A results file belongs to one sweep: the first sweep that writes it records its grid
+(:class:`GridIdentity`), and a later ``--resume`` with a different grid (another spec
+file, other axes, seeds or ``--set`` values) is refused with one line naming the first
+differing key, e.g. ``train.rounds: 3 in the store, 4 now``. Schema 1 files (no recorded
+grid) are read as before; resuming one records the grid if every stored run belongs to it
+(and upgrades the file to schema 2), otherwise it is refused the same way.
 
 A run's row becomes ``running`` when the run is handed to a worker (committed at once).
 The finished run's ``runs`` update, any new columns and all of its ``rounds`` rows are ONE
@@ -44,16 +56,19 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from otafl.errors import OtaflInputError
 from otafl.results import jsonable, unjson
+from otafl.sweep.identity import GridIdentity, grid_difference
 
 try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction locking applies
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "ResultStore", "StoredRun", "open_store", "read_store"]
+__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "GridIdentity", "ResultStore", "StoredRun", "open_store",
+           "read_store"]
 
 APP_MARKER = "otafl-sweep"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = ("1", "2")  # schema 1: no recorded grid (upgraded to 2 when a sweep resumes it)
 STATUSES = ("running", "done", "failed")
 BUSY_TIMEOUT_MS = 5000
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -62,6 +77,9 @@ FIXED_RUN_COLUMNS = ("id", "params", "train", "point", "status", "error", "start
 FIXED_ROUND_COLUMNS = ("run_id", "round")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+_GRID_TABLE = ("CREATE TABLE grid("
+               " idx INTEGER PRIMARY KEY, params TEXT NOT NULL, train INTEGER NOT NULL, point TEXT,"
+               " UNIQUE(params, train))")
 _SCHEMA = (
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE runs("
@@ -71,9 +89,8 @@ _SCHEMA = (
     "CREATE TABLE rounds("
     " run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, round INTEGER NOT NULL,"
     " PRIMARY KEY(run_id, round))",
+    _GRID_TABLE,
 )
-
-
 def _scalar(value: Any) -> Any:
     """Python scalar for SQLite: tensors/numpy 0-d -> number, bool -> 0/1; None for non-scalars."""
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
@@ -173,6 +190,60 @@ class ResultStore:
     def meta(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT key, value FROM meta"))
 
+    def grid_entries(self) -> list[tuple[str, bool, str]]:
+        """The recorded grid (params, train, point JSON) in run order; empty if none is recorded."""
+        if "grid" not in self._tables():
+            return []
+        return [(p, bool(t), pt) for p, t, pt in
+                self.conn.execute("SELECT params, train, point FROM grid ORDER BY idx")]
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    # -- the sweep this file belongs to ---------------------------------------------------
+    def check_grid(self, grid: GridIdentity) -> None:
+        """Raise a one-line :class:`OtaflInputError` unless this file's runs belong to ``grid``.
+
+        A file with no runs fits any grid. A file with a recorded grid fits only the same
+        grid (same digest). A file without one (schema 1) fits if every stored run is a
+        point of ``grid``.
+        """
+        if self.count() == 0:
+            return
+        meta = self.meta()
+        recorded = meta.get("grid_sha256")
+        if recorded == grid.digest:
+            return
+        if recorded is None:
+            ids = {(p, bool(t)) for p, t, _ in grid.entries}
+            stored = [(p, bool(t), pt) for p, t, pt in self.conn.execute(
+                "SELECT params, train, point FROM runs ORDER BY id")]
+            if all((p, t) in ids for p, t, _ in stored):
+                return
+            why = grid_difference(None, grid, stored)
+        else:
+            desc = json.loads(meta["sweep"]) if "sweep" in meta else None
+            why = grid_difference(desc, grid, self.grid_entries())
+        raise OtaflInputError(f"results file {str(self.path)!r} holds a different sweep ({why}); resume it with "
+                              f"the command that started it, or choose another --out path")
+
+    def record_grid(self, grid: GridIdentity) -> None:
+        """Record ``grid`` as this file's sweep (after :meth:`check_grid`); upgrades schema 1."""
+        meta = self.meta()
+        if meta.get("schema") == str(SCHEMA_VERSION) and meta.get("grid_sha256") == grid.digest:
+            return
+        with self._transaction():
+            if "grid" not in self._tables():
+                self.conn.execute(_GRID_TABLE)
+            self.conn.execute("DELETE FROM grid")
+            self.conn.executemany("INSERT INTO grid(idx, params, train, point) VALUES (?, ?, ?, ?)",
+                                  ((i, p, int(t), pt) for i, (p, t, pt) in enumerate(grid.entries)))
+            self.conn.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [("schema", str(SCHEMA_VERSION)), ("grid_sha256", grid.digest),
+                 ("grid_points", str(len(grid.entries))),
+                 ("sweep", json.dumps(jsonable([list(kv) for kv in grid.description])))])
+
     # -- writes -------------------------------------------------------------------------
     def mark_running(self, params: str, train: bool, point: Mapping[str, Any]) -> int:
         """Insert (or reset) the run's row as ``running``, committed at once; returns its id."""
@@ -267,10 +338,10 @@ def _check_marker(path: Path, conn: sqlite3.Connection) -> None:
     meta = dict(conn.execute("SELECT key, value FROM meta"))
     if meta.get("app") != APP_MARKER:
         raise _not_ours(path, f"its meta table says app = {meta.get('app')!r}, expected {APP_MARKER!r}")
-    if meta.get("schema") != str(SCHEMA_VERSION):
+    if meta.get("schema") not in READABLE_SCHEMAS:
         raise OtaflInputError(f"{str(path)!r} uses results schema {meta.get('schema')!r}; this otafl reads "
-                              f"schema {SCHEMA_VERSION}")
-    missing = sorted({"runs", "rounds"} - tables)
+                              f"schema {' and '.join(READABLE_SCHEMAS)}")
+    missing = sorted({"runs", "rounds"} - tables | ({"grid"} - tables if meta.get("schema") == "2" else set()))
     if missing:
         raise _not_ours(path, f"table {missing[0]!r} is missing")
 
@@ -296,14 +367,16 @@ def _writer_lock(path: Path) -> int | None:
     return fd
 
 
-def open_store(path: str | Path, *, resume: bool = False) -> ResultStore:
+def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | None = None) -> ResultStore:
     """Open (or create) a results file for a sweep to write.
 
     Without ``resume``, a file that already holds runs is refused, so a second sweep never
     mixes silently into the first; with ``resume`` its runs are kept and the sweep skips
-    the ``done`` ones. A path that is a folder, a file that is not an otafl results file,
-    one locked by another sweep, or one that cannot be written: one-line
-    :class:`OtaflInputError`.
+    the ``done`` ones. With ``grid`` (:func:`otafl.sweep.grid.grid_identity`), the file
+    records the sweep it belongs to, and a file holding runs of a different sweep is
+    refused, naming the first differing key (:meth:`ResultStore.check_grid`). A path that
+    is a folder, a file that is not an otafl results file, one locked by another sweep, or
+    one that cannot be written: one-line :class:`OtaflInputError`.
     """
     p = Path(path)
     if p.is_dir():
@@ -334,17 +407,20 @@ def open_store(path: str | Path, *, resume: bool = False) -> ResultStore:
         _check_marker(p, conn)
         conn.execute("PRAGMA journal_mode = WAL")
         store = ResultStore(p, conn, lock_fd)
+        if grid is not None:
+            store.check_grid(grid)
         n = store.count()
+        if not resume and n > 0:
+            raise OtaflInputError(f"results file {str(p)!r} already holds {n} run(s); pass --resume to continue "
+                                  f"that sweep, or choose another --out path")
+        if grid is not None:
+            store.record_grid(grid)
     except sqlite3.Error as e:
         _close(conn, lock_fd)
         raise _sqlite_error(p, e) from None
     except BaseException:
         _close(conn, lock_fd)
         raise
-    if not resume and n > 0:
-        store.close()
-        raise OtaflInputError(f"results file {str(p)!r} already holds {n} run(s); pass --resume to continue "
-                              f"that sweep, or choose another --out path")
     return store
 
 

@@ -23,7 +23,6 @@ noise, added after the sum, is post-processing and ignored.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import torch
 
@@ -33,7 +32,6 @@ from otafl.privacy.accountants.base import (
     REASON_NO_LOCAL_NOISE,
     RoundBound,
     prepare_round,
-    reason_text,
 )
 from otafl.privacy.analysis.concentration import binomial_lower_quantile, poisson_binomial_lower_quantile
 from otafl.privacy.analysis.steps import (
