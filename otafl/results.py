@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from otafl.errors import OtaflInputError
+
 
 def jsonable(value: Any) -> Any:
     """Recursively replace non-finite floats by strings; tensors/numpy scalars by Python numbers."""
@@ -56,19 +58,36 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file beside it and an atomic rename, with
+    the usual permissions: either the whole file appears or nothing changes. A path that
+    cannot be written (a read-only folder, a path under a file, /proc) raises
+    :class:`OtaflInputError` naming the path and the reason."""
+    path = Path(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise OtaflInputError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise OtaflInputError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """:func:`atomic_write_bytes` of UTF-8 ``text`` (newlines as given)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def rounds_csv(rounds: list[dict]) -> str:

@@ -90,6 +90,13 @@ BAD = [
     (["plot", "store.sqlite", "--kind", "accuracy", "--out", "fig.jpg"], "fig.jpg"),
     (["plot", "store.sqlite", "--kind", "pie", "--out", "fig.png"], "pie"),
     (["plot", "missing.sqlite", "--kind", "accuracy", "--out", "fig.png"], "missing.sqlite"),
+    (["plot", "store.sqlite", "--kind", "accuracy", "--out", "/proc/fig.png"], "/proc/fig.png"),
+    (["table", "store.sqlite", "--out", "/proc/table.md"], "/proc/table.md"),
+    (["table", "store.sqlite", "--out", "spec.toml/table.md"], "spec.toml/table.md"),
+    (["plot-accountants", "--p", "0.5", "--out", "/proc/acc.png"], "/proc/acc.png"),
+    (["run", "spec.toml", "--out", "/proc/run"], "/proc/run"),
+    (["run", "spec.toml", "--out", "done-run"], "done-run"),
+    (["run", "spec.toml", "--out", ""], "--out"),
     # calibrate
     (["calibrate", "spec.toml", "--target-epsilon", "-1", "--solve", "transmit.sigma2"], "target"),
     (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "model.hidden"], "model.hidden"),

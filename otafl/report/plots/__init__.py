@@ -30,8 +30,6 @@ written atomically.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -39,6 +37,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from otafl.errors import OtaflInputError
+from otafl.results import atomic_write_bytes
 from otafl.report.plots.channel import CHANNEL_WINDOW, channel_figure, regenerate_gains
 from otafl.report.plots.common import center_suptitle, split_facets
 from otafl.report.plots.kinds import ACCOUNTANT_STYLE, accuracy_figure, privacy_figure, tradeoff_figure
@@ -130,23 +129,7 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
     buf = io.BytesIO()
     with matplotlib.rc_context(STYLE):
         fig.savefig(buf, format=fmt, metadata={"Software": "otafl"} if fmt == "png" else None)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise OtaflInputError(f"cannot write {str(path)!r}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.getvalue())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a figure is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def plot_results(results: str | Path, kind: str, out: str | Path, *, group_by: Sequence[str] | None = None,
