@@ -24,7 +24,7 @@ vmap, floor) ``--inner`` times; medians are reported. All five process the full 
 rows. (The training loop additionally drops minibatch columns that are padding for every
 user -- on the embedded subset each user holds D_k = 20 < b = 32 samples, so 12 of the 32
 columns -- which speeds every method up alike and is left out here so that the floor is
-the issue's "all 6,400 samples".) ``peak_rss_mib`` is the peak resident memory of a
+all 6,400 samples of K = 200 users x b = 32.) ``peak_rss_mib`` is the peak resident memory of a
 separate process running a short two-layer paper-preset training (``otafl run``).
 
 Local steps (``train.algorithm = "fedavg"``, S = ``--local-steps`` = 5, single-layer, p = 1 so all

@@ -418,6 +418,12 @@ def validate(spec: Spec) -> None:
     check_range("transmit.clip", tx.clip, 0, None, lo_open=True)
     for v in as_list(tx.sigma2):
         check_range("transmit.sigma2", v, 0, None)
+    groups = len(as_list(c.snr_db))
+    for key, value in (("channel.large_scale_gain", c.large_scale_gain), ("transmit.sigma2", tx.sigma2)):
+        n = len(as_list(value))
+        if n not in (1, groups, d.users):
+            raise OtaflInputError(f"{key} has {n} values; allowed lengths are 1 (all users), {groups} (one per "
+                                  f"SNR group) or {d.users} (one per user)")
     _names("transmit.alignment", tx.alignment, names["transmit.alignment"])
     if tx.alignment == "truncate":
         if tx.threshold is None:

@@ -160,7 +160,7 @@ def alignment_gain(h: Tensor, power: Tensor, clip: float, noise_var: Tensor, dim
     policy : str — one of :data:`ALIGNMENT_POLICIES`.
     threshold : float | None — truncation threshold >= 0 (required by ``"truncate"``).
     bound : [K] float64, optional — :func:`alignment_bound` of these arguments, when the
-        caller has it already (:class:`otafl.fl.round.ChannelSetup` precomputes its per-run
+        caller has it already (:class:`ChannelSetup` precomputes its per-run
         factor); not checked against them.
 
     Returns

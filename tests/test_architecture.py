@@ -61,6 +61,7 @@ def test_docstrings_point_into_the_repository():
 
 def test_a_misspelt_accountant_fails_before_any_data_is_loaded(tmp_path, monkeypatch):
     import otafl.data
+    import otafl.fl.loop
     import otafl.setup
     from otafl.cli.main import cli
 
@@ -69,6 +70,7 @@ def test_a_misspelt_accountant_fails_before_any_data_is_loaded(tmp_path, monkeyp
 
     monkeypatch.setattr(otafl.data, "load_dataset", no_loading)
     monkeypatch.setattr(otafl.setup, "build_run", no_loading)
+    monkeypatch.setattr(otafl.fl.loop, "build_run", no_loading)
     spec = tmp_path / "typo.toml"
     spec.write_text('[privacy]\naccountants = ["tigth"]\n')
     out = tmp_path / "out"

@@ -40,6 +40,8 @@ BAD = [
     (["run", "spec.toml", "--set", "transmit.sigma2=-1"], "transmit.sigma2"),
     (["run", "spec.toml", "--set", "transmit.clip=0"], "transmit.clip"),
     (["run", "spec.toml", "--set", "transmit.clip=[1.0,2.0]"], "not a list"),
+    (["run", "spec.toml", "--set", "transmit.sigma2=[0.1,0.2,0.3]"], "allowed lengths"),
+    (["run", "spec.toml", "--set", "channel.large_scale_gain=[1.0,2.0]"], "allowed lengths"),
     (["run", "spec.toml", "--set", "data.users=0"], "data.users"),
     (["run", "spec.toml", "--set", "train.rounds=1000000000"], "memory limit"),
     (["run", "spec.toml", "--set", "model.name='two-layer'", "--set", "model.hidden=10000000"], "memory limit"),

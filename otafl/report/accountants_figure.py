@@ -19,15 +19,14 @@ __all__ = ["plot_accountants"]
 def plot_accountants(curves: dict, out: str | Path) -> Path:
     """Log-scale eps_c vs p, one line per accountant (hollow paper markers: classic step invalid)."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     from otafl.report.plots import ACCOUNTANT_STYLE, STYLE, save_figure
 
     p = np.asarray(curves["p"])
-    with matplotlib.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(8.0, 5.4))
+    with matplotlib.rc_context(STYLE):  # a bare Figure: the caller's pyplot backend is left alone
+        fig = Figure(figsize=(8.0, 5.4))
+        ax = fig.subplots()
         for name in ("paper", "tight", "exact"):
             color, marker = ACCOUNTANT_STYLE[name]
             eps = np.asarray(curves[name]["epsilon"], dtype=float)
@@ -53,6 +52,4 @@ def plot_accountants(curves: dict, out: str | Path) -> Path:
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
         ax.legend(fontsize=10, loc="upper right")
         fig.tight_layout()
-        path = save_figure(fig, out)
-        plt.close(fig)
-    return path
+        return save_figure(fig, out)

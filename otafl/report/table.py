@@ -41,7 +41,7 @@ from typing import Any, Sequence
 from otafl.errors import OtaflInputError
 from otafl.sweep.store import StoredRun
 
-__all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "METRICS", "PER_ACCOUNTANT", "RunGroup",
+__all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "PER_ACCOUNTANT", "RunGroup",
            "TableRow", "TradeoffTable", "accountants_of", "choose_accountants", "default_accountants", "flat_params",
            "group_runs", "render_table", "setting_label", "sort_key", "tradeoff_table",
            "validity_of", "varying_keys"]
@@ -49,13 +49,6 @@ __all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "METR
 FORMATS = ("md", "text", "latex", "csv")
 SCHEME_ORDER = {"uniform": 0, "time-varying": 1, "channel-aware": 2}
 TRAIN_KEY = "sweep.train"  # pseudo-key: a file may hold trained and bounds-only runs
-#: (summary suffix, short header, LaTeX header) of the four leakage columns, per accountant.
-METRICS = (
-    ("epsilon_local_max", "ε_l per round", r"$\varepsilon_\mathrm{l}$ per round"),
-    ("epsilon_local_total", "ε_l total", r"$\varepsilon_\mathrm{l}$ total"),
-    ("epsilon_central", "ε_c per round", r"$\varepsilon_\mathrm{c}$ per round"),
-    ("epsilon_central_total", "ε_c total", r"$\varepsilon_\mathrm{c}$ total"),
-)
 #: Summary suffixes averaged over seeds per accountant (``TableRow.leakage``).
 LEAKAGE_KEYS = ("epsilon_local_max", "epsilon_local_total", "epsilon_central", "epsilon_central_total",
                 "delta_local_total", "delta_central_total")

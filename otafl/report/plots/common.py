@@ -225,11 +225,6 @@ def _distance(p, box: Bbox) -> float:
     return math.hypot(dx, dy)
 
 
-def placed_boxes(anns: Sequence, renderer) -> list[Bbox]:
-    """The text boxes of placed annotations (leader lines left out)."""
-    return [Text.get_window_extent(a, renderer) for a in anns]
-
-
 def _areas(box, arr: np.ndarray) -> np.ndarray:
     """Overlap areas of one box (x0, y0, x1, y1) with each row of ``arr`` [N, 4]."""
     w = np.minimum(box[2], arr[:, 2]) - np.maximum(box[0], arr[:, 0])
