@@ -45,7 +45,8 @@ def table(results, fmt, accountant, columns, group_by, caption, label, out, no_l
     """
     from pathlib import Path
 
-    from otafl.report.table import render_table, tradeoff_table
+    from otafl.report.table import tradeoff_table
+    from otafl.report.table_format import render_table
     from otafl.results import atomic_write_text
     from otafl.sweep.store import read_store
 

@@ -43,7 +43,7 @@ from otafl.sweep.store import StoredRun
 
 __all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "PER_ACCOUNTANT", "RunGroup",
            "TableRow", "TradeoffTable", "accountants_of", "choose_accountants", "default_accountants", "flat_params",
-           "group_runs", "render_table", "setting_label", "sort_key", "tradeoff_table",
+           "group_runs", "setting_label", "sort_key", "tradeoff_table",
            "validity_of", "varying_keys"]
 
 FORMATS = ("md", "text", "latex", "csv")
@@ -365,10 +365,3 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
     rounds = sorted({int(r.summary["rounds"]) for r in runs if "rounds" in r.summary})
     return TradeoffTable(rows=rows, group_keys=keys, accountants=chosen, compositions=compositions,
                          rounds=rounds, available=accountants_of(runs))
-
-
-def render_table(table: TradeoffTable, fmt: str = "md", **kwargs) -> str:
-    """:func:`otafl.report.table_format.render_table` (text, Markdown, LaTeX or CSV)."""
-    from otafl.report.table_format import render_table as render
-
-    return render(table, fmt, **kwargs)

@@ -26,6 +26,7 @@ import textwrap
 from typing import Any, Sequence
 
 from otafl.errors import OtaflInputError
+from otafl.report.text import render_table as text_table
 from otafl.report.table import (COLUMNS, CSV_DEFAULT_COLUMNS, DEFAULT_COLUMNS, FORMATS, PER_ACCOUNTANT, TableRow,
                                 TradeoffTable, fmt_value)
 
@@ -365,9 +366,6 @@ def render_table(table: TradeoffTable, fmt: str = "md", *, columns: str | Sequen
         lines += ["| " + " | ".join(c) + " |" for c in cells]
         body = "\n".join(top + lines) + "\n"
         return body + ("\n" + _legend(table, cols, fmt) + "\n" if legend else "")
-    widths = [max(len(x) for x in col) for col in zip(header, *cells)]
-    fmt_line = lambda cs: "  ".join(c.ljust(w) if lf else c.rjust(w) for c, w, lf in zip(cs, widths, left)).rstrip()
-    lines = [fmt_line(header), "  ".join("-" * w for w in widths)] + [fmt_line(c) for c in cells]
-    body = "\n".join(top + lines) + "\n"
+    body = "\n".join(top) + ("\n" if top else "") + text_table(header, cells, left=left, rule=True)
     return body + ("\n" + textwrap.fill(_legend(table, cols, fmt), 100) + "\n" if legend else "")
 

@@ -34,12 +34,21 @@ def fmt_number(value: Any) -> str:
     return str(value)
 
 
-def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Right-aligned columns two spaces apart, the header first; every cell through
-    :func:`fmt_number` (strings pass unchanged). Ends with a newline."""
+def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, left: Sequence[bool] | None = None,
+                 rule: bool = False) -> str:
+    """Columns two spaces apart, the header first (then a dashed rule if ``rule``); every
+    cell through :func:`fmt_number` (strings pass unchanged). Columns are right-aligned
+    unless ``left`` marks them. Trailing spaces are stripped; ends with a newline."""
     lines = [list(header)] + [[fmt_number(v) for v in row] for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in lines) + "\n"
+    left = left or [False] * len(header)
+
+    def fmt_line(cells):
+        return "  ".join(c.ljust(w) if lf else c.rjust(w) for c, w, lf in zip(cells, widths, left)).rstrip()
+
+    dashes = ["  ".join("-" * w for w in widths)] if rule else []
+    out = [fmt_line(lines[0])] + dashes + [fmt_line(line) for line in lines[1:]]
+    return "\n".join(out) + "\n"
 
 
 def json_text(result: dict) -> str:
