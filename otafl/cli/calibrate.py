@@ -14,15 +14,12 @@ from otafl.api.calibrate import KNOBS, SCOPES, calibrate as calibrate_spec, cali
 from otafl.api.defaults import accountant_names
 from otafl.cli.options import parse_list
 from otafl.errors import OtaflInputError
+from otafl.report.text import calibration_text
 
 
 def _knob_help() -> str:
     return "; ".join(f"{name}: {'smallest' if k.prefer == 'min' else 'largest'} feasible"
                      for name, k in KNOBS.items())
-
-
-def _g(v) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 @click.command("calibrate")
@@ -85,20 +82,6 @@ def calibrate(spec, target_epsilon, knob, target_delta, accountant, scope, grid_
     if fmt == "json":
         click.echo(json.dumps(result.to_json()))
         return
-    k = KNOBS[knob]
-    lo, hi = result.value_range
-    over = "" if knob == "train.rounds" else f" over {cfg.train.rounds} rounds"
-    at = "the run's own total delta" if target_delta is None else f"total delta {target_delta:g}"
-    click.echo(f"{knob} for {result.accountant} {scope} epsilon_total <= {target_epsilon:g}{over} at {at} "
-               f"(seed {cfg.train.seed})")
-    click.echo(f"searched [{_g(lo)}, {_g(hi)}] ({'log' if k.log else 'linear'} grid of {grid_points}, "
-               f"bisection to tol {tol:g}): {result.evaluations} bounds-only runs")
-    click.echo("meets the target on " + ", ".join(f"[{_g(a)}, {_g(b)}]" for a, b in result.intervals))
-    click.echo(f"chosen {knob} = {_g(result.value)}  ({k.why})")
-    if result.value == (lo if k.prefer == "min" else hi):
-        click.echo("  (the end of the searched range: widen --range to look further)")
-    click.echo(f"{'':10}{'per round':>12}{'total':>12}")
-    click.echo(f"{'epsilon':10}{result.epsilon_round:>12.4g}{result.epsilon_total:>12.4g}")
-    click.echo(f"{'delta':10}{result.delta_round:>12.3g}{result.delta:>12.3g}")
+    click.echo(calibration_text(result, grid_points=grid_points, tol=tol), nl=False)
     if write_path is not None:
         click.echo(f"wrote {write_path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-KINDS = ("accuracy", "privacy", "tradeoff", "channel")
+from otafl.report.names import EPSILONS, KINDS
 
 
 @click.command("plot")
@@ -22,7 +22,7 @@ KINDS = ("accuracy", "privacy", "tradeoff", "channel")
 @click.option("--accountant", default=None, metavar="NAME[,NAME]",
               help="Accountant(s) on the epsilon axis: paper, tight, exact, or all [default for tradeoff: exact "
                    "if the runs carry it, else the first present (as otafl table); for privacy: all].")
-@click.option("--epsilon", type=click.Choice(["round", "total"]), default="round", show_default=True,
+@click.option("--epsilon", type=click.Choice(EPSILONS), default="round", show_default=True,
               help="privacy / tradeoff: the worst round's leakage, or the total composed over the T rounds.")
 def plot(results, kind, out, group_by, facet, accountant, epsilon):
     """Draw a figure of KIND from the finished runs in RESULTS and save it to OUT."""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-FORMATS = ("md", "text", "latex", "csv")
-COLUMN_HELP = ("scheme, setting, p, h_th, group (every other swept key; or a key's own name), seeds, accuracy, "
-               "eps_local_round, eps_local_total, eps_central_round, eps_central_total, delta_local_total, "
-               "delta_central_total, composition, valid, participants")
+from otafl.report.table import COLUMNS, DEFAULT_COLUMNS, FORMATS
+
+COLUMN_HELP = ", ".join(COLUMNS) + " (group: every other swept key; or a key's own name)"
 
 
 @click.command("table")
@@ -21,8 +20,7 @@ COLUMN_HELP = ("scheme, setting, p, h_th, group (every other swept key; or a key
 @click.option("--columns", "columns", default=None, metavar="NAME[,NAME...]",
               help=f"Columns to show, in this order; choices: {COLUMN_HELP}. The per-accountant ones (eps_*, "
                    "delta_*, composition, valid) form one block per accountant where the first is listed "
-                   "[default: scheme,setting,group,seeds,accuracy,eps_local_round,eps_local_total,"
-                   "eps_central_round,eps_central_total,participants; CSV adds p,h_th and valid].")
+                   f"[default: {','.join(DEFAULT_COLUMNS)}; CSV adds p,h_th and valid].")
 @click.option("--group-by", "group_by", multiple=True, metavar="SECTION.KEY",
               help="Group rows by these spec keys besides scheme and p / h_th (repeatable or comma-separated) "
                    "[default: every key that varies between runs, except the seed].")
@@ -43,19 +41,14 @@ def table(results, fmt, accountant, columns, group_by, caption, label, out, no_l
     A value whose accountant left its validity range (paper's classic Gaussian step) is
     marked '!' (LaTeX: dagger; CSV: the ACC_classic_valid column) and explained in the note.
     """
-    from pathlib import Path
-
-    from otafl.report.table import tradeoff_table
-    from otafl.report.table_format import render_table
+    from otafl.report.table_format import store_table
     from otafl.results import atomic_write_text
-    from otafl.sweep.store import read_store
 
     keys = [k.strip() for item in group_by for k in item.split(",") if k.strip()] or None
-    with read_store(results) as store:
-        tab = tradeoff_table(store.runs("done"), group_by=keys, accountants=accountant)
-    text = render_table(tab, fmt, columns=columns, legend=not no_legend, caption=caption, label=label)
+    text, rows = store_table(results, fmt, accountants=accountant, columns=columns, group_by=keys,
+                             legend=not no_legend, caption=caption, label=label)
     if out is None:
         click.echo(text, nl=False)
     else:
-        atomic_write_text(Path(out), text)
-        click.echo(f"{len(tab.rows)} rows -> {out}")
+        atomic_write_text(out, text)
+        click.echo(f"{rows} rows -> {out}")

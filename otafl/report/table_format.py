@@ -369,3 +369,15 @@ def render_table(table: TradeoffTable, fmt: str = "md", *, columns: str | Sequen
     body = "\n".join(top) + ("\n" if top else "") + text_table(header, cells, left=left, rule=True)
     return body + ("\n" + textwrap.fill(_legend(table, cols, fmt), 100) + "\n" if legend else "")
 
+
+
+def store_table(results, fmt: str = "md", *, accountants=None, columns=None, group_by=None, legend: bool = True,
+                caption: str | None = None, label: str | None = None) -> tuple[str, int]:
+    """The trade-off table of the finished runs in the store ``results`` (a path), rendered
+    by :func:`render_table`; returns the text and its number of rows."""
+    from otafl.report.table import tradeoff_table
+    from otafl.sweep.store import read_store
+
+    with read_store(results) as store:
+        tab = tradeoff_table(store.runs("done"), group_by=group_by, accountants=accountants)
+    return render_table(tab, fmt, columns=columns, legend=legend, caption=caption, label=label), len(tab.rows)

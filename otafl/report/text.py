@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from otafl.results import jsonable
 
 __all__ = ["fmt_number", "render_table", "json_text", "csv_text", "bound_text", "audit_text", "scaling_text",
-           "accountants_text"]
+           "accountants_text", "calibration_text"]
 
 
 def fmt_number(value: Any) -> str:
@@ -146,3 +146,29 @@ def accountants_text(curves: dict, figure: str | None = None) -> str:
     lines = [[p] + [curves[n]["epsilon"][i] for n in names] for i, p in enumerate(curves["p"])]
     text = render_table(["p"] + [f"{n}:eps_central" for n in names], lines)
     return text + (f"figure -> {figure}\n" if figure else "")
+
+
+def calibration_text(result, *, grid_points: int, tol: float) -> str:
+    """The human report of :func:`otafl.api.calibrate.calibrate`: the search, every
+    solution interval, the chosen value and its per-round and total (epsilon, delta)."""
+    from otafl.api.calibrate import KNOBS
+
+    def g(v) -> str:
+        return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+    k, spec = KNOBS[result.knob], result.spec
+    lo, hi = result.value_range
+    over = "" if result.knob == "train.rounds" else f" over {spec.train.rounds} rounds"
+    at = "the run's own total delta" if result.target_delta is None else f"total delta {result.target_delta:g}"
+    lines = [f"{result.knob} for {result.accountant} {result.scope} epsilon_total <= {result.target_epsilon:g}"
+             f"{over} at {at} (seed {spec.train.seed})",
+             f"searched [{g(lo)}, {g(hi)}] ({'log' if k.log else 'linear'} grid of {grid_points}, "
+             f"bisection to tol {tol:g}): {result.evaluations} bounds-only runs",
+             "meets the target on " + ", ".join(f"[{g(a)}, {g(b)}]" for a, b in result.intervals),
+             f"chosen {result.knob} = {g(result.value)}  ({k.why})"]
+    if result.value == (lo if k.prefer == "min" else hi):
+        lines.append("  (the end of the searched range: widen --range to look further)")
+    lines += [f"{'':10}{'per round':>12}{'total':>12}",
+              f"{'epsilon':10}{result.epsilon_round:>12.4g}{result.epsilon_total:>12.4g}",
+              f"{'delta':10}{result.delta_round:>12.3g}{result.delta:>12.3g}"]
+    return "\n".join(lines) + "\n"

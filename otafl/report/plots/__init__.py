@@ -42,14 +42,12 @@ from otafl.report.plots.channel import CHANNEL_WINDOW, channel_figure, regenerat
 from otafl.report.plots.common import center_suptitle, split_facets
 from otafl.report.plots.kinds import ACCOUNTANT_STYLE, accuracy_figure, privacy_figure, tradeoff_figure
 from otafl.report.table import accountants_of, choose_accountants, group_runs
+from otafl.report.names import EPSILONS, KINDS, SUFFIXES
 from otafl.sweep.store import ResultStore, StoredRun
 
 __all__ = ["ACCOUNTANT_STYLE", "CHANNEL_WINDOW", "EPSILONS", "KINDS", "SUFFIXES", "STYLE", "check_suffix",
            "make_figure", "plot_results", "regenerate_gains", "save_figure"]
 
-KINDS = ("accuracy", "privacy", "tradeoff", "channel")
-EPSILONS = ("round", "total")
-SUFFIXES = (".png", ".svg", ".pdf")
 #: Readable on a projected slide: 14-16 pt text, thick lines.
 STYLE = {
     "font.size": 14, "axes.titlesize": 16, "axes.labelsize": 15, "xtick.labelsize": 13,

@@ -1,0 +1,10 @@
+"""The names the report commands accept (figure kinds, epsilon axes, image suffixes, table
+formats), kept apart from the drawing code so that the CLI can offer them without
+importing matplotlib."""
+
+#: ``otafl plot --kind``: accuracy vs round, epsilon vs p, accuracy vs epsilon, channel traces.
+KINDS = ("accuracy", "privacy", "tradeoff", "channel")
+#: ``--epsilon``: the worst round's leakage or the total composed over the run.
+EPSILONS = ("round", "total")
+#: Image formats, by the output file's suffix.
+SUFFIXES = (".png", ".svg", ".pdf")
