@@ -32,10 +32,10 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     """
     from tqdm import tqdm
 
+    from otafl.api.run import run_to_folder
     from otafl.config import load_spec
-    from otafl.fl.loop import run_experiment
     from otafl.errors import OtaflInputError
-    from otafl.results import discard_run_dir, prepare_run_dir, write_run
+    from otafl.report.text import run_text
 
     overrides = list(overrides) + ([f"train.seed={seed}"] if seed is not None else [])
     if out_dir is not None and not out_dir.strip():
@@ -43,41 +43,19 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     cfg = load_spec(spec, overrides)
     if out_dir is None:
         out_dir = os.path.join("runs", Path(spec).stem if spec else "default")
-    created = prepare_run_dir(out_dir, overwrite=overwrite)  # refused here, before any training
     bars = []  # made at the first round, so that an error while loading data prints one line
 
     def on_round(rec: dict) -> None:
         if not bars:
             bars.append(tqdm(total=cfg.train.rounds, desc="rounds", unit="round", disable=quiet, leave=False,
                              dynamic_ncols=True))
-        bar = bars[0]
-        bar.update(1)
+        bars[0].update(1)
         if rec["test_accuracy"] == rec["test_accuracy"]:  # evaluated this round
-            bar.set_postfix(acc=f"{rec['test_accuracy']:.3f}", K_t=rec["participants"])
+            bars[0].set_postfix(acc=f"{rec['test_accuracy']:.3f}", K_t=rec["participants"])
 
     try:
-        try:
-            result = run_experiment(cfg, device=device, on_round=on_round)
-        finally:
-            for bar in bars:
-                bar.close()
-        try:
-            write_run(out_dir, result.summary, result.rounds)  # all or nothing
-        except OSError as e:
-            raise OtaflInputError(f"cannot write the results to {out_dir!r}: {e.strerror or e}") from None
-    except BaseException:
-        discard_run_dir(created)  # a failed or interrupted run leaves no folder of ours behind
-        raise
-    s = result.summary
-    click.echo(f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
-               f"mean participants {s['mean_participants']:.1f} of {s['users']}; "
-               f"{s['wall_seconds']:.1f} s -> {out_dir}")
-    for name in cfg.privacy.accountants:
-        if f"{name}_epsilon_central" in s:
-            click.echo(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
-                       f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
-                       f"eps_central {s[f'{name}_epsilon_central_total']:.4g} "
-                       f"({s.get(f'{name}_composition', '')})"
-                       + ("" if s.get(f"{name}_classic_valid", True) else
-                          "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
-                          "not a guaranteed bound]"))
+        result = run_to_folder(cfg, out_dir, overwrite=overwrite, device=device, on_round=on_round)
+    finally:
+        for bar in bars:
+            bar.close()
+    click.echo(run_text(result.summary, cfg.privacy.accountants, out_dir), nl=False)

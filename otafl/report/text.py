@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from otafl.results import jsonable
 
 __all__ = ["fmt_number", "render_table", "json_text", "csv_text", "bound_text", "audit_text", "scaling_text",
-           "accountants_text", "calibration_text"]
+           "accountants_text", "calibration_text", "run_text"]
 
 
 def fmt_number(value: Any) -> str:
@@ -171,4 +171,22 @@ def calibration_text(result, *, grid_points: int, tol: float) -> str:
     lines += [f"{'':10}{'per round':>12}{'total':>12}",
               f"{'epsilon':10}{result.epsilon_round:>12.4g}{result.epsilon_total:>12.4g}",
               f"{'delta':10}{result.delta_round:>12.3g}{result.delta:>12.3g}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_text(summary: dict, accountants, out_dir) -> str:
+    """``otafl run``'s report: accuracy, participants, wall time, and per accountant the
+    worst round's local and central epsilon and the central total (with its composition),
+    flagged where ``paper``'s classic step is outside its validity range."""
+    s = summary
+    lines = [f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
+             f"mean participants {s['mean_participants']:.1f} of {s['users']}; {s['wall_seconds']:.1f} s -> {out_dir}"]
+    for name in accountants:
+        if f"{name}_epsilon_central" in s:
+            lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
+                         f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
+                         f"eps_central {s[f'{name}_epsilon_central_total']:.4g} ({s.get(f'{name}_composition', '')})"
+                         + ("" if s.get(f"{name}_classic_valid", True) else
+                            "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
+                            "not a guaranteed bound]"))
     return "\n".join(lines) + "\n"
