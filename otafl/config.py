@@ -1,7 +1,7 @@
 """Experiment specs: TOML -> frozen dataclasses, validated, with ``--set`` overrides.
 
 A spec has the sections ``[data] [model] [channel] [transmit] [sampling] [estimator]
-[train] [privacy]`` (and ``[sweep]``, read by :mod:`otafl.sweep`). Every key has a default,
+[train] [privacy] [digital]`` (and ``[sweep]``, read by :mod:`otafl.sweep`). Every key has a default,
 so an empty file is a valid spec. Unknown sections or keys are errors (they are typos far
 more often than intent). ``[channel] preset = "NAME"`` reads a channel preset TOML (a
 path, or a name in the repository's ``channels/`` folder); keys written in ``[channel]``
@@ -98,6 +98,23 @@ class TrainSpec:
 
 
 @dataclass(frozen=True)
+class DigitalSpec:
+    """Orthogonal access + secure aggregation, read when train.aggregation = "digital"
+    (docs/model.md#digital)."""
+
+    mechanism: str = "skellam"  # gaussian (continuous reference) | skellam | pbm
+    bits: int = 16  # bits per coordinate: the field Z_{2^bits} of secure aggregation
+    sigma2: float = 0.1  # per-user noise variance per coordinate, gradient units (gaussian, skellam)
+    scale: float | str = "auto"  # integer levels per gradient unit (skellam); auto: fill the field
+    rotation: bool = True  # random Walsh-Hadamard rotation before quantising (skellam, pbm)
+    theta: float = 0.25  # pbm: p = 1/2 + theta x / c, in (0, 1/2)
+    clip_prob: float = 1e-6  # probability that a rotated coordinate leaves [-c, c] (sets c)
+    access: str = "tdma"  # tdma | ofdma
+    min_rate: float = 0.1  # bits per channel use below which a user is in outage
+    delta_total: float | str = "auto"  # delta of the composed epsilons; auto = sum_t p_t delta_l + delta_l
+
+
+@dataclass(frozen=True)
 class PrivacySpec:
     accountants: list[str] = field(default_factory=lambda: ["paper", "tight"])
     delta_l: float = 1e-5
@@ -114,6 +131,7 @@ class Spec:
     estimator: EstimatorSpec = field(default_factory=EstimatorSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     privacy: PrivacySpec = field(default_factory=PrivacySpec)
+    digital: DigitalSpec = field(default_factory=DigitalSpec)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
@@ -250,8 +268,9 @@ def spec_from_dict(d: Mapping[str, Any]) -> Spec:
 _TYPES = {
     ("data", "users"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
-    ("train", "seed"): int,
+    ("train", "seed"): int, ("digital", "bits"): int,
 }
+_AUTO_NUMBERS = ("delta_prime", "scale", "delta_total")  # keys that take a number or "auto"
 
 
 def _coerce(section: str, key: str, value: Any, cls: type) -> Any:
@@ -280,12 +299,12 @@ def _coerce(section: str, key: str, value: Any, cls: type) -> Any:
         return [float(v) if isinstance(v, (int, float)) else v for v in value]
     if isinstance(proto, float) or (proto is None and isinstance(value, (int, float))):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(proto, float) and key == "delta_prime" and value == "auto":
+            if isinstance(proto, float) and key in _AUTO_NUMBERS and value == "auto":
                 return value
             raise OtaflInputError(f"{where} = {value!r} must be a number")
         return float(value)
     if isinstance(proto, str) or proto is None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key in ("delta_prime",):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key in _AUTO_NUMBERS:
             return float(value)
         if not isinstance(value, str):
             raise OtaflInputError(f"{where} = {value!r} must be a string")
@@ -308,9 +327,11 @@ def registries() -> dict[str, Any]:
     valid exactly when some module can build it. Imported here, not at module level, so that
     reading a spec stays cheap and the registries' modules may import this one."""
     from otafl.channel.fading import FADING_MODELS
+    from otafl.channel.orthogonal import ACCESS_SCHEMES
     from otafl.data import DATASETS, SPLITS
     from otafl.device import DEVICES
     from otafl.estimate import ESTIMATORS
+    from otafl.fl.digital import MECHANISMS
     from otafl.fl.optim import OPTIMIZERS
     from otafl.fl.round import AGGREGATORS, SUPERPOSITIONS
     from otafl.models import MODELS
@@ -323,7 +344,7 @@ def registries() -> dict[str, Any]:
         "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
         "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
-        "privacy.accountants": ACCOUNTANTS,
+        "privacy.accountants": ACCOUNTANTS, "digital.mechanism": MECHANISMS, "digital.access": ACCESS_SCHEMES,
     }
 
 
@@ -394,3 +415,29 @@ def validate(spec: Spec) -> None:
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")
         _names("privacy.accountants", a, names["privacy.accountants"])
+    validate_digital(spec, names)
+
+
+def _auto_or(where: str, value, lo: float, hi: float | None, **kw) -> None:
+    if isinstance(value, str):
+        if value != "auto":
+            raise OtaflInputError(f"{where} = {value!r} must be 'auto' or a number")
+    else:
+        check_range(where, value, lo, hi, **kw)
+
+
+def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
+    """The [digital] section (checked whatever the aggregation, so a sweep fails early)."""
+    dg, K = spec.digital, spec.data.users
+    _names("digital.mechanism", dg.mechanism, names["digital.mechanism"])
+    _names("digital.access", dg.access, names["digital.access"])
+    check_range("digital.bits", dg.bits, 2, 48)
+    if dg.mechanism == "pbm" and (1 << dg.bits) - 1 < K:
+        raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for pbm with {K} users "
+                              f"[{K.bit_length()}, 48] (each sum of K counts must fit in 2^bits)")
+    check_range("digital.sigma2", dg.sigma2, 0, None)
+    _auto_or("digital.scale", dg.scale, 0, None, lo_open=True)
+    check_range("digital.theta", dg.theta, 0, 0.5, lo_open=True, hi_open=True)
+    check_range("digital.clip_prob", dg.clip_prob, 0, 1, lo_open=True, hi_open=True)
+    check_range("digital.min_rate", dg.min_rate, 0, None)
+    _auto_or("digital.delta_total", dg.delta_total, 0, 1, lo_open=True, hi_open=True)

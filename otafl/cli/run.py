@@ -51,7 +51,11 @@ def run(spec, overrides, out_dir, seed, device, quiet):
     click.echo(f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
                f"mean participants {s['mean_participants']:.1f} of {s['users']}; "
                f"{s['wall_seconds']:.1f} s -> {out_dir}")
-    for name in cfg.privacy.accountants:
+    if s.get("channel_uses_per_round") == s.get("channel_uses_per_round"):  # not NaN
+        click.echo(f"  uplink: {s['channel_uses_per_round']:.4g} channel uses and {s['energy_per_round']:.4g} "
+                   f"energy per round, {s['outages_per_round']:.3g} outages per round")
+    names = list(cfg.privacy.accountants) + (["digital"] if "digital" not in cfg.privacy.accountants else [])
+    for name in names:
         if f"{name}_epsilon_central" in s:
             click.echo(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
                        f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
@@ -60,3 +64,5 @@ def run(spec, overrides, out_dir, seed, device, quiet):
                        + ("" if s.get(f"{name}_classic_valid", True) else
                           "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
                           "not a guaranteed bound]"))
+    if s.get("privacy_note"):
+        click.echo(f"  note: {s['privacy_note']}")

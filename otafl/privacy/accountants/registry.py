@@ -11,6 +11,7 @@ from typing import Callable
 
 from otafl.errors import OtaflInputError
 from otafl.privacy.accountants.base import RoundBound, evaluate_in_chunks
+from otafl.privacy.accountants.digital import digital_round
 from otafl.privacy.accountants.exact import exact_round
 from otafl.privacy.accountants.paper import paper_round
 from otafl.privacy.accountants.tight import tight_round
@@ -37,6 +38,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
                         "exact Poisson-binomial quantile, analytic Gaussian, channel noise included, unamplified LDP"),
     "exact": Accountant("exact", exact_round,
                         "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
+    "digital": Accountant("digital", digital_round, "secure aggregation, distributed noise, participation revealed"),
 }
 """Accountants by name (``click.Choice(sorted(ACCOUNTANTS))``)."""
 
