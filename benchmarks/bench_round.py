@@ -15,7 +15,12 @@ per round of
                    the same round;
     (d) vmap    -- ``torch.func`` vmap per-user gradients, then the same round;
     (e) floor   -- one forward + backward over all K b = 6,400 samples, no per-user
-                   separation and nothing else.
+                   separation and nothing else;
+    (f) dg_*    -- the same round with ``train.aggregation = "digital"`` (gaussian, skellam,
+                   pbm; defaults of ``[digital]``): per-user gradients materialised, clipped,
+                   rotated by the batched fast Walsh-Hadamard transform, quantised and
+                   privatised, summed mod 2^bits, decoded; reported as ``digital_over_ota_*``
+                   (dg / round), single-layer only unless ``--digital-models`` says otherwise.
 
 Every method starts from the same gathered minibatch x [K, b, F] (a fresh one per repeat;
 the gather is not timed) and runs on its own copy of the model and optimizer. Repeats are
@@ -63,6 +68,7 @@ from otafl.fl.grads import (
 )
 from otafl.device import resolve_device
 from otafl.fl.optim import bind_flat_grad, make_optimizer
+from otafl.fl.digital import build_digital, digital_aggregate
 from otafl.fl.round import AGGREGATORS
 from otafl.setup import build_run
 
@@ -71,6 +77,7 @@ PAPER_SPEC = REPO / "experiments" / "paper-mnist.toml"
 PRESET = ["sampling.p=1.0", "data.batch_size=32"]
 MODELS = {"single": ["model.name='single-layer'"], "two": ["model.name='two-layer'", "model.hidden=100"]}
 METHODS = ("round", "loop", "opacus", "vmap", "floor")
+DIGITAL_METHODS = ("dg_gaussian", "dg_skellam", "dg_pbm")
 
 
 # ---------------------------------------------------------------- per-user gradient methods
@@ -145,7 +152,11 @@ class RoundBench:
         self.aggregate = AGGREGATORS[spec.train.aggregation]
         self.weight_decay = spec.train.weight_decay
         self.models, self.opts, self.flat_grads = {}, {}, {}
-        for m in METHODS:
+        self.digital = {m: build_digital(load_spec(PAPER_SPEC, PRESET + MODELS[model_key]
+                                                   + [f"digital.mechanism='{m[3:]}'"]),
+                                         dim=run.dim, power=self.setup.power, n0=self.setup.n0)
+                        for m in DIGITAL_METHODS}
+        for m in METHODS + DIGITAL_METHODS:
             model = copy.deepcopy(base)
             self.models[m] = model
             self.opts[m] = make_optimizer("adam", model.parameters(), spec.train.lr)
@@ -175,11 +186,19 @@ class RoundBench:
         self.flat_grads[method].copy_(estimate_known(agg.aligned_sum, agg.participants))
         self.opts[method].step()
 
+    def finish_digital(self, method: str, grads: UserGradients) -> None:
+        """The digital round's aggregation (quantise, rotate, privatise, modular sum, decode), estimate, Adam."""
+        agg = digital_aggregate(grads, self.h, self.active, self.setup, self.gens["noise"],
+                                digital=self.digital[method])
+        self.flat_grads[method].copy_(estimate_known(agg.aligned_sum, agg.participants))
+        self.opts[method].step()
+
     def step(self, method: str, idx: Tensor, x: Tensor, y: Tensor, weight: Tensor) -> None:
         model, wd = self.models[method], self.weight_decay
-        if method == "round":
+        if method == "round" or method in DIGITAL_METHODS:
             sketch = self.input_sketch.minibatch(idx) if self.input_sketch else None
-            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd, input_sketch=sketch))
+            grads = user_gradients(model, x, y, weight, weight_decay=wd, input_sketch=sketch)
+            (self.finish if method == "round" else self.finish_digital)(method, grads)
         elif method == "loop":
             grads, losses = per_user_loop_gradients(model, x, y, weight, weight_decay=wd)
             self.finish(method, StackedGradients(grads, losses))
@@ -203,7 +222,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-FAST = ("round", "vmap", "floor")  # cheap enough to time several times per repeat
+FAST = ("round", "vmap", "floor", "dg_gaussian", "dg_skellam")  # cheap enough to time several times per repeat
 
 
 def time_methods(model_key: str, device: torch.device, repeats: int, inner: int = 1,
@@ -272,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads [2]")
     parser.add_argument("--rss-rounds", type=int, default=20,
                         help="rounds of the peak-RSS training run (0: skip) [20]")
+    parser.add_argument("--digital-models", default="single",
+                        help="models that also time the digital rounds, comma list of single,two ('' for none) [single]")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -280,8 +301,10 @@ def main(argv: list[str] | None = None) -> dict:
                  "torch": torch.__version__}
     if args.rss_rounds > 0:  # first, while this process is small (see peak_rss_mib)
         out["peak_rss_mib"] = peak_rss_mib(args.rss_rounds, str(device))
+    digital_models = [k.strip() for k in args.digital_models.split(",") if k.strip()]
     for key in MODELS:
-        med = time_methods(key, device, args.repeats, args.inner)
+        methods = METHODS + (DIGITAL_METHODS if key in digital_models else ())
+        med = time_methods(key, device, args.repeats, args.inner, methods=methods)
         out[f"input_sketch_once_s_{key}"] = med.pop("input_sketch_once")
         for m, v in med.items():
             out[f"median_s_{m}_{key}"] = v
@@ -289,6 +312,9 @@ def main(argv: list[str] | None = None) -> dict:
         out[f"speedup_vs_loop_{key}"] = med["loop"] / med["round"]
         out[f"speedup_vs_opacus_{key}"] = med["opacus"] / med["round"]
         out[f"speedup_vs_vmap_{key}"] = med["vmap"] / med["round"]
+        for m in DIGITAL_METHODS:
+            if m in med:
+                out[f"digital_over_ota_{m[3:]}_{key}"] = med[m] / med["round"]
 
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -302,6 +328,12 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{key}: round / floor {out[f'overhead_vs_floor_{key}']:.2f}; speed-up vs loop "
                   f"{out[f'speedup_vs_loop_{key}']:.1f}x, opacus {out[f'speedup_vs_opacus_{key}']:.1f}x, "
                   f"vmap {out[f'speedup_vs_vmap_{key}']:.1f}x")
+        for key in MODELS:
+            ratios = {m[3:]: out[f"digital_over_ota_{m[3:]}_{key}"] for m in DIGITAL_METHODS
+                      if f"digital_over_ota_{m[3:]}_{key}" in out}
+            if ratios:
+                print(f"{key}: digital round / over-the-air round: "
+                      + ", ".join(f"{m} {r:.2f}" for m, r in ratios.items()))
         if "peak_rss_mib" in out:
             print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: "
                   f"{out['peak_rss_mib']:.0f} MiB")

@@ -267,10 +267,12 @@ def test_account_run_rejects_unknown_accountant_and_bad_delta():
 
 def test_registry_is_the_single_source_of_names():
     from otafl.privacy.accountants import exact_round, get_accountant
+    from otafl.privacy.accountants.digital import digital_round
 
-    assert sorted(ACCOUNTANTS) == ["exact", "paper", "tight"]
+    assert sorted(ACCOUNTANTS) == ["digital", "exact", "paper", "tight"]
     assert {n: a.round_bound for n, a in ACCOUNTANTS.items()} == {"paper": paper_round, "tight": tight_round,
-                                                                  "exact": exact_round}
+                                                                  "exact": exact_round, "digital": digital_round}
     assert all(get_accountant(n) is a and a.name == n for n, a in ACCOUNTANTS.items())
-    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{exact, paper, tight\}"):
+    with pytest.raises(OtaflInputError,
+                       match=r"accountant = 'magic' is outside the allowed range \{digital, exact, paper, tight\}"):
         get_accountant("magic")
