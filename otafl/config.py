@@ -107,7 +107,7 @@ class DigitalSpec:
     sigma2: float = 0.1  # per-user noise variance per coordinate, gradient units (gaussian, skellam)
     scale: float | str = "auto"  # integer levels per gradient unit (skellam); auto: fill the field
     rotation: bool = True  # random Walsh-Hadamard rotation before quantising (skellam, pbm)
-    theta: float = 0.25  # pbm: p = 1/2 + theta x / c, in (0, 1/2)
+    theta: float | str = "auto"  # pbm: p = 1/2 + theta x / c in (0, 1/2); auto: noise variance sigma2
     clip_prob: float = 1e-6  # probability that a rotated coordinate leaves [-c, c] (sets c)
     access: str = "tdma"  # tdma | ofdma
     min_rate: float = 0.1  # bits per channel use below which a user is in outage
@@ -270,7 +270,7 @@ _TYPES = {
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
     ("train", "seed"): int, ("digital", "bits"): int,
 }
-_AUTO_NUMBERS = ("delta_prime", "scale", "delta_total")  # keys that take a number or "auto"
+_AUTO_NUMBERS = ("delta_prime", "scale", "delta_total", "theta")  # keys that take a number or "auto"
 
 
 def _coerce(section: str, key: str, value: Any, cls: type) -> Any:
@@ -437,7 +437,7 @@ def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
                               f"[{K.bit_length()}, 48] (each sum of K counts must fit in 2^bits)")
     check_range("digital.sigma2", dg.sigma2, 0, None)
     _auto_or("digital.scale", dg.scale, 0, None, lo_open=True)
-    check_range("digital.theta", dg.theta, 0, 0.5, lo_open=True, hi_open=True)
+    _auto_or("digital.theta", dg.theta, 0, 0.5, lo_open=True, hi_open=True)
     check_range("digital.clip_prob", dg.clip_prob, 0, 1, lo_open=True, hi_open=True)
     check_range("digital.min_rate", dg.min_rate, 0, None)
     _auto_or("digital.delta_total", dg.delta_total, 0, 1, lo_open=True, hi_open=True)

@@ -60,7 +60,8 @@ def _register() -> None:
     import importlib
 
     commands = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
-                "plot": "plot", "audit": "audit", "plot-accountants": "accountants"}  # command -> module
+                "plot": "plot", "audit": "audit", "plot-accountants": "accountants",
+                "plot-digital": "digital"}  # command -> module
     for name, module in commands.items():
         try:
             mod = importlib.import_module(f"otafl.cli.{module}")

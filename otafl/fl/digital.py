@@ -13,7 +13,8 @@ supports; a user in outage sends nothing and its update is lost.
               add Skellam(sigma^2 s^2) noise, sum mod 2^bits; decode centred, divide by s,
               rotate back (Agarwal, Kairouz & Liu 2021).
 ``pbm``       rotate, clip each coordinate to the box [-c, c], send Binomial(m, 1/2 + theta x / c)
-              per coordinate, sum mod 2^bits (never wraps: m = floor((2^bits - 1) / K));
+              per coordinate, sum mod 2^bits (never wraps: m = floor((2^bits - 1) / K); theta
+              "auto" makes the per-user noise variance at most sigma^2, as for the others);
               estimate sum_k x_k = (c / (m theta)) (S - n m / 2), rotate back (Chen, Ozgur &
               Kairouz 2022).
 
@@ -38,7 +39,8 @@ from otafl.fl.secagg import modular_sum, secagg_decode, stochastic_round
 from otafl.privacy.facts import DigitalMechanism
 from otafl.transmit import clip_factors
 
-__all__ = ["MECHANISMS", "DigitalSetup", "build_digital", "digital_cost_only", "digital_aggregate"]
+__all__ = ["MECHANISMS", "DigitalSetup", "build_digital", "binomial_counts", "digital_cost_only",
+           "digital_aggregate"]
 
 MECHANISMS = {
     "gaussian": "continuous Gaussian shares (reference; no quantisation)",
@@ -90,6 +92,18 @@ class DigitalSetup:
                                 trials=self.trials, bits=self.bits)
 
 
+PBM_THETA_MAX = 0.25
+
+
+def pbm_theta(*, box: float, trials: int, sigma2: float) -> float:
+    """``theta = "auto"``: the theta whose PBM noise per user and coordinate,
+    (c / (m theta))^2 m p (1 - p) <= c^2 / (4 m theta^2), equals sigma^2 (so that
+    ``digital.sigma2`` means the same noise level for every mechanism), capped at 1/4."""
+    if sigma2 <= 0:
+        return PBM_THETA_MAX
+    return min(PBM_THETA_MAX, box / (2.0 * math.sqrt(trials * sigma2)))
+
+
 def build_digital(spec, *, dim: int, power: Tensor, n0: float) -> DigitalSetup:
     """The DigitalSetup of ``spec.digital`` for a model of ``dim`` parameters and budgets P_k."""
     dg, K, L = spec.digital, spec.data.users, spec.transmit.clip
@@ -108,13 +122,15 @@ def build_digital(spec, *, dim: int, power: Tensor, n0: float) -> DigitalSetup:
                                       f"(no room for the sum in 2^{dg.bits})")
         else:
             scale = float(dg.scale)
+    theta = math.nan
     if dg.mechanism == "pbm":
         trials = ((1 << dg.bits) - 1) // K
         if trials < 1:
             raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for pbm with {K} "
                                   f"users [{K.bit_length()}, 48] (2^bits - 1 >= K)")
+        theta = pbm_theta(box=box, trials=trials, sigma2=dg.sigma2) if dg.theta == "auto" else float(dg.theta)
     return DigitalSetup(mechanism=dg.mechanism, bits=int(dg.bits), noise_var=float(dg.sigma2), scale=scale,
-                        rotation=rotated, theta=float(dg.theta), trials=trials, box=box, coordinates=D, dim=int(dim),
+                        rotation=rotated, theta=theta, trials=trials, box=box, coordinates=D, dim=int(dim),
                         clip=float(L), access=dg.access, min_rate=float(dg.min_rate),
                         power=torch.as_tensor(power, dtype=torch.float64), n0=float(n0), users=int(K))
 
@@ -136,11 +152,27 @@ def _skellam_noise(shape, mu: float, generator: torch.Generator) -> Tensor:
     return torch.poisson(rate, generator=generator) - torch.poisson(rate, generator=generator)
 
 
+BERNOULLI_SUM_MAX = 8
+"""Binomial(m, p) is drawn as m Bernoulli comparisons up to this m (faster than
+``torch.binomial`` there), by ``torch.binomial`` above it; both are exact."""
+
+
+def binomial_counts(trials: int, prob: Tensor, generator: torch.Generator) -> Tensor:
+    """Binomial(trials, prob) elementwise, exact, float dtype of ``prob``."""
+    if trials <= BERNOULLI_SUM_MAX:
+        out = torch.zeros_like(prob)
+        for _ in range(trials):
+            u = torch.rand(prob.shape, generator=generator, dtype=prob.dtype, device=generator.device)
+            out.add_(u.to(prob.device).lt_(prob))
+        return out
+    return torch.binomial(torch.full_like(prob, float(trials)), prob, generator=generator)
+
+
 def _encode_sum(x: Tensor, digital: DigitalSetup, generator: torch.Generator, per_user: bool):
     """Integer sum of the n messages: (true sum [D] float64, SecAgg output [D] int64, clipped count)."""
     n = x.shape[0]
     if digital.mechanism == "skellam":
-        q = stochastic_round(x * digital.scale, generator)
+        q = stochastic_round(x, generator)  # x is already scaled (rotate(..., scale))
         mu = digital.noise_var * digital.scale ** 2 / 2.0  # each Poisson's mean, per user
         if per_user:
             msgs = q.to(torch.float64) + _skellam_noise(q.shape, mu, generator).to(q.device)
@@ -149,8 +181,8 @@ def _encode_sum(x: Tensor, digital: DigitalSetup, generator: torch.Generator, pe
         return true, torch.remainder(true.to(torch.int64), 1 << digital.bits), 0
     c = digital.box
     clipped = int((x.abs() > c).sum())
-    prob = 0.5 + digital.theta * torch.clamp(x, -c, c) / c
-    counts = torch.binomial(torch.full_like(prob, float(digital.trials)), prob, generator=generator)
+    prob = torch.clamp(x, -c, c).mul_(digital.theta / c).add_(0.5)
+    counts = binomial_counts(digital.trials, prob, generator)
     true = counts.sum(0, dtype=torch.float64)
     wrapped = modular_sum(counts, digital.bits) if per_user else torch.remainder(true.to(torch.int64),
                                                                                  1 << digital.bits)
@@ -189,9 +221,16 @@ def digital_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup, ge
                 z = torch.randn(d, generator=generator, dtype=aligned.dtype, device=generator.device)
                 aligned.add_(z.to(aligned.device), alpha=noise_std * math.sqrt(n))
         return Aggregate(aligned, transmitting, eligible, math.nan, n * digital.noise_var, 1.0, n, extras=extras)
-    g = grads.materialise()[keep] * factor[keep, None]
+    g = grads.materialise()
+    if not bool(keep.all()):
+        g, factor = g[keep], factor[keep]
+    g = g * factor[:, None]
+    level = digital.scale if digital.mechanism == "skellam" else 1.0
     signs = random_signs(digital.coordinates, generator, g.dtype).to(g.device) if digital.rotation else None
-    x = rotate(g, signs) if signs is not None else g
+    if signs is not None:
+        x = rotate(g, signs, level)
+    else:
+        x = torch.nn.functional.pad(g * level, (0, digital.coordinates - d))
     true, wrapped, clipped = _encode_sum(x, digital, generator, per_user)
     if digital.mechanism == "skellam":
         dec = secagg_decode(wrapped, digital.bits, lo=-(1 << (digital.bits - 1)), true_sum=true)

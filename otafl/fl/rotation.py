@@ -79,12 +79,15 @@ def random_signs(D: int, generator: torch.Generator, dtype=torch.float32) -> Ten
     return (2 * bits - 1).to(dtype)
 
 
-def rotate(x: Tensor, signs: Tensor) -> Tensor:
-    """R x for x: [n, d] (zero-padded to D = signs.numel()); returns [n, D]."""
-    D = signs.numel()
-    if x.shape[-1] < D:
-        x = torch.nn.functional.pad(x, (0, D - x.shape[-1]))
-    return fwht(x * signs.to(x.dtype)) / math.sqrt(D)
+def rotate(x: Tensor, signs: Tensor, scale: float = 1.0) -> Tensor:
+    """``scale`` R x for x: [n, d] (zero-padded to D = signs.numel()); returns [n, D].
+
+    The signs, 1/sqrt(D) and ``scale`` are applied in the one pass that pads x."""
+    D, d = signs.numel(), x.shape[-1]
+    coef = signs.to(x.dtype)[:d] * (float(scale) / math.sqrt(D))
+    padded = x.new_zeros(*x.shape[:-1], D)
+    torch.mul(x, coef, out=padded[..., :d])
+    return fwht(padded)
 
 
 def unrotate(y: Tensor, signs: Tensor, dim: int) -> Tensor:

@@ -23,11 +23,12 @@ def stochastic_round(x: Tensor, generator: torch.Generator) -> Tensor:
     """Unbiased stochastic rounding: floor(x) + Bernoulli(x - floor(x)), same dtype as x.
 
     E[result] = x (up to the 2^-24 grid of the uniforms); |result - x| < 1. One uniform per
-    element from ``generator``.
+    element from ``generator``; ``x`` is not modified.
     """
     low = torch.floor(x)
+    frac = x - low
     u = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=generator.device)
-    return low + (u.to(x.device) < (x - low)).to(x.dtype)
+    return low.add_(u.to(x.device).lt_(frac))
 
 
 def modular_sum(messages: Tensor, bits: int) -> Tensor:

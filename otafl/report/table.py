@@ -10,7 +10,9 @@ value), aggregated over seeds:
   (``A_epsilon_local_total``), and central leakage, worst round (``A_epsilon_central``)
   and composed (``A_epsilon_central_total``); each the mean over seeds. +inf marks a
   bound that is undefined for some round (e.g. mu_t <= K beta_t for Hoeffding);
-- the mean number of participants per round, E_t |K_t|, mean over seeds.
+- the mean number of participants per round, E_t |K_t|, mean over seeds;
+- when the runs report them, the uplink's channel uses, energy and outages per round (means
+  over rounds and seeds; :data:`COSTS`), e.g. over the air against digital aggregation.
 
 ``tradeoff_table`` computes the rows; ``render_table`` writes Markdown, LaTeX (booktabs)
 or CSV. Rows are ordered by scheme (uniform, time-varying, channel-aware), then knob,
@@ -30,7 +32,7 @@ from typing import Any, Sequence
 from otafl.errors import OtaflInputError
 from otafl.sweep.store import StoredRun
 
-__all__ = ["FORMATS", "METRICS", "RunGroup", "TableRow", "TradeoffTable", "accountants_of", "flat_params",
+__all__ = ["COSTS", "FORMATS", "METRICS", "RunGroup", "TableRow", "TradeoffTable", "accountants_of", "flat_params",
            "group_runs", "render_table", "setting_label", "tradeoff_table", "varying_keys"]
 
 FORMATS = ("md", "latex", "csv")
@@ -42,6 +44,12 @@ METRICS = (
     ("epsilon_local_total", "ε_l total", r"$\varepsilon_\mathrm{l}$ total"),
     ("epsilon_central", "ε_c round", r"$\varepsilon_\mathrm{c}$ round"),
     ("epsilon_central_total", "ε_c total", r"$\varepsilon_\mathrm{c}$ total"),
+)
+#: (summary key, header) of the uplink cost columns, shown when some run reports them.
+COSTS = (
+    ("channel_uses_per_round", "channel uses"),
+    ("energy_per_round", "energy"),
+    ("outages_per_round", "outages"),
 )
 
 
@@ -110,6 +118,7 @@ class TableRow:
     accuracy_std: float  # sample std over seeds (NaN for one seed)
     leakage: dict[str, dict[str, float]]  # accountant -> metric suffix -> mean over seeds
     mean_participants: float
+    costs: dict[str, float] = field(default_factory=dict)  # COSTS key -> mean over seeds
 
 
 @dataclass
@@ -119,6 +128,7 @@ class TradeoffTable:
     accountants: list[str]
     compositions: dict[str, list[str]] = field(default_factory=dict)  # accountant -> methods used
     rounds: list[int] = field(default_factory=list)  # distinct T over the runs
+    costs: list[str] = field(default_factory=list)  # COSTS keys some run reports
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -208,6 +218,7 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
     """
     groups, keys = group_runs(runs, group_by)
     accountants = accountants_of(runs)
+    costs = [k for k, _ in COSTS if any(not math.isnan(_num(r.summary.get(k))) for r in runs)]
 
     rows = []
     for g in groups:
@@ -225,12 +236,13 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
             accuracy_std=statistics.stdev(finite) if len(finite) > 1 else math.nan,
             leakage={a: {m: _mean([_num(s.get(f"{a}_{m}")) for s in summaries]) for m, _, _ in METRICS}
                      for a in accountants},
-            mean_participants=_mean([_num(s.get("mean_participants")) for s in summaries])))
+            mean_participants=_mean([_num(s.get("mean_participants")) for s in summaries]),
+            costs={k: _mean([_num(s.get(k)) for s in summaries]) for k in costs}))
     compositions = {a: sorted({str(r.summary.get(f"{a}_composition")) for r in runs
                                if r.summary.get(f"{a}_composition") is not None}) for a in accountants}
     rounds = sorted({int(r.summary["rounds"]) for r in runs if "rounds" in r.summary})
     return TradeoffTable(rows=rows, group_keys=keys, accountants=accountants, compositions=compositions,
-                         rounds=rounds)
+                         rounds=rounds, costs=costs)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -254,6 +266,13 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
+def _group_cell(row: TableRow, key: str) -> str:
+    """A grouping value; '–' for a [digital] key of a run that does not aggregate digitally."""
+    if key.startswith("digital.") and row.group.get("train.aggregation", "digital") != "digital":
+        return "–"
+    return _fmt_value(row.group[key])
+
+
 def _fmt_acc(row: TableRow, fmt: str) -> str:
     if math.isnan(row.accuracy_mean):
         return {"md": "–", "latex": "--"}[fmt]
@@ -268,7 +287,10 @@ def _legend(table: TradeoffTable) -> str:
     return (f"Accuracy: final test accuracy in %, mean ± std over seeds. ε_l: local (LDP) leakage, "
             f"worst user; ε_c: central leakage; 'round': worst single round, 'total': composed over "
             f"the T = {rounds} rounds ({comp}). Leakage and participants (mean |K_t| per round) "
-            f"are means over seeds; ∞: the bound is undefined in some round.")
+            f"are means over seeds; ∞: the bound is undefined in some round."
+            + (" Channel uses, energy (units of the per-block budget P_k) and outages: means per round "
+               "of the uplink (over the air: d uses; digital: orthogonal access, docs/model.md#digital)."
+               if table.costs else ""))
 
 
 def _latex_escape(text: str) -> str:
@@ -286,7 +308,7 @@ def render_table(table: TradeoffTable, fmt: str = "md", *, legend: bool = True) 
     acc = table.accountants
     if fmt == "csv":
         header = ["scheme", "setting", "p", "h_th", *table.group_keys, "seeds", "accuracy_mean", "accuracy_std",
-                  *(f"{a}_{m}" for a in acc for m, _, _ in METRICS), "mean_participants"]
+                  *(f"{a}_{m}" for a in acc for m, _, _ in METRICS), "mean_participants", *table.costs]
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(header)
@@ -295,17 +317,18 @@ def render_table(table: TradeoffTable, fmt: str = "md", *, legend: bool = True) 
                         *(_fmt_value(r.group[k]) for k in table.group_keys), len(r.seeds),
                         *(_csv_num(x) for x in (r.accuracy_mean, r.accuracy_std)),
                         *(_csv_num(r.leakage[a][m]) for a in acc for m, _, _ in METRICS),
-                        _csv_num(r.mean_participants)])
+                        _csv_num(r.mean_participants), *(_csv_num(r.costs[k]) for k in table.costs)])
         return buf.getvalue()
 
     esc = _latex_escape if fmt == "latex" else (lambda t: t)
-    cells = [[esc(r.scheme), esc(r.setting), *(esc(_fmt_value(r.group[k])) for k in table.group_keys),
+    cells = [[esc(r.scheme), esc(r.setting), *(esc(_group_cell(r, k)) for k in table.group_keys),
               str(len(r.seeds)), _fmt_acc(r, fmt), *(_fmt_eps(r.leakage[a][m], fmt) for a in acc for m, _, _ in METRICS),
-              f"{r.mean_participants:.1f}"] for r in table.rows]
+              f"{r.mean_participants:.1f}", *(_fmt_eps(r.costs[k], fmt) for k in table.costs)] for r in table.rows]
+    cost_heads = [head for key, head in COSTS if key in table.costs]
     n_key = 2 + len(table.group_keys) + 2
     if fmt == "md":
         header = ["scheme", "p / h_th", *table.group_keys, "seeds", "accuracy (%)",
-                  *(f"{a} {short}" for a in acc for _, short, _ in METRICS), "participants"]
+                  *(f"{a} {short}" for a in acc for _, short, _ in METRICS), "participants", *cost_heads]
         align = ["---"] * n_key + ["--:"] * (len(header) - n_key)
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
         lines += ["| " + " | ".join(c) + " |" for c in cells]
@@ -313,11 +336,12 @@ def render_table(table: TradeoffTable, fmt: str = "md", *, legend: bool = True) 
         return text + ("\n" + _legend(table) + "\n" if legend else "")
 
     # LaTeX (booktabs): two header rows, each accountant's name spanning its four columns
-    cols = "l" * n_key + "r" * (4 * len(acc) + 1)
-    top = [""] * n_key + [rf"\multicolumn{{4}}{{c}}{{{_latex_escape(a)}}}" for a in acc] + [""]
+    cols = "l" * n_key + "r" * (4 * len(acc) + 1 + len(cost_heads))
+    top = [""] * n_key + [rf"\multicolumn{{4}}{{c}}{{{_latex_escape(a)}}}" for a in acc] + [""] * (1 + len(cost_heads))
     rules = "".join(rf"\cmidrule(lr){{{n_key + 1 + 4 * i}-{n_key + 4 * (i + 1)}}}" for i in range(len(acc)))
     header = ["scheme", r"$p$ / $h_\mathrm{th}$", *(_latex_escape(k) for k in table.group_keys), "seeds",
-              r"accuracy (\%)", *(tex for _ in acc for _, _, tex in METRICS), r"$\overline{|K_t|}$"]
+              r"accuracy (\%)", *(tex for _ in acc for _, _, tex in METRICS), r"$\overline{|K_t|}$",
+              *cost_heads]
     lines = ["% " + _latex_escape(_legend(table))] if legend else []
     lines += [rf"\begin{{tabular}}{{{cols}}}", r"\toprule", " & ".join(top) + r" \\", rules,
               " & ".join(header) + r" \\", r"\midrule"]
