@@ -4,7 +4,9 @@ For each over-the-air setting of the sweep (transmit.sigma2 in SIGMA2_OTA), the 
 accountant's composed central epsilon of a bounds-only run (same spec, seed 0) is the target;
 for each digital mechanism, `otafl.api.digital.calibrate_sigma2` finds the per-user noise
 variance whose composed central epsilon at the same total delta meets it (bisection on
-log sigma^2, to ~1 %), and `minimal_bits` the fewest bits per coordinate for that noise.
+log sigma^2, to ~1 %) at a given number of bits, and `minimal_bits` the fewest bits per
+coordinate for that noise; the two alternate until the bits no longer change (the bound, hence
+the noise, depends on the bits).
 Prints JSON (and the [[sweep.points]] to paste):
 
     PYTHONPATH=. python experiments/ota_vs_digital_calibrate.py
@@ -38,9 +40,13 @@ def main() -> dict:
         level = {"ota_sigma2": s2, "target_epsilon_central_total": target, "delta_total": delta, "digital": {}}
         for mech in MECHANISMS:
             kw = dict(users=K, dim=7850, p=p, rounds=T, delta_l=spec.privacy.delta_l, delta_total=delta)
-            sigma2 = calibrate_sigma2(mech, target=target, **kw)
-            bits = minimal_bits(mech, sigma2=sigma2, users=K, dim=7850) or 16
-            level["digital"][mech] = {"sigma2": round(sigma2, 6), "bits": bits}
+            bits, seen = 16, set()
+            while bits not in seen:
+                seen.add(bits)
+                sigma2 = calibrate_sigma2(mech, target=target, bits=bits, **kw)
+                bits = minimal_bits(mech, sigma2=sigma2, users=K, dim=7850) or 16
+            sigma2 = calibrate_sigma2(mech, target=target, bits=bits, **kw)
+            level["digital"][mech] = {"sigma2": round(sigma2 * 1.001, 6), "bits": bits}
         out["levels"].append(level)
     print(json.dumps(out, indent=2))
     for lv in out["levels"]:
