@@ -45,6 +45,8 @@ METRICS = (
     ("epsilon_central", "ε_c round", r"$\varepsilon_\mathrm{c}$ round"),
     ("epsilon_central_total", "ε_c total", r"$\varepsilon_\mathrm{c}$ total"),
 )
+#: Grouping keys shown first when they vary (the system compared), the rest alphabetically.
+LEADING_KEYS = ("train.aggregation", "digital.mechanism")
 #: (summary key, header) of the uplink cost columns, shown when some run reports them.
 COSTS = (
     ("channel_uses_per_round", "channel uses"),
@@ -147,7 +149,8 @@ def varying_keys(runs: Sequence[StoredRun]) -> list[str]:
     """Spec keys whose value differs between runs, other than the seed and the sampling keys
     (which the scheme and setting columns show)."""
     flats = [flat_params(r.params, r.train) for r in runs]
-    keys = sorted(set().union(*flats)) if flats else []
+    keys = sorted(set().union(*flats), key=lambda k: (k not in LEADING_KEYS, LEADING_KEYS.index(k)
+                                                      if k in LEADING_KEYS else 0, k)) if flats else []
     return [k for k in keys
             if k != "train.seed" and not k.startswith("sampling.")
             and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
@@ -266,9 +269,14 @@ def _fmt_value(v: Any) -> str:
     return str(v)
 
 
+OTA_ONLY_KEYS = ("transmit.sigma2", "transmit.alignment", "transmit.threshold")
+
+
 def _group_cell(row: TableRow, key: str) -> str:
-    """A grouping value; '–' for a [digital] key of a run that does not aggregate digitally."""
-    if key.startswith("digital.") and row.group.get("train.aggregation", "digital") != "digital":
+    """A grouping value; '–' where the run does not use the key (a [digital] key of an
+    over-the-air run, an over-the-air transmit key of a digital run)."""
+    agg = row.group.get("train.aggregation")
+    if (key.startswith("digital.") and agg not in (None, "digital")) or (key in OTA_ONLY_KEYS and agg == "digital"):
         return "–"
     return _fmt_value(row.group[key])
 
