@@ -17,7 +17,7 @@ per round of
     (e) floor   -- one forward + backward over all K b = 6,400 samples, no per-user
                    separation and nothing else;
     (f) dg_*    -- the same round with ``train.aggregation = "digital"`` (gaussian, skellam,
-                   pbm; defaults of ``[digital]``): per-user gradients materialised, clipped,
+                   pbm; defaults of ``[digital]``, PBM at 8 bits as in the comparison): per-user gradients materialised, clipped,
                    rotated by the batched fast Walsh-Hadamard transform, quantised and
                    privatised, summed mod 2^bits, decoded; reported as ``digital_over_ota_*``
                    (dg / round), single-layer only unless ``--digital-models`` says otherwise.
@@ -78,6 +78,8 @@ PRESET = ["sampling.p=1.0", "data.batch_size=32"]
 MODELS = {"single": ["model.name='single-layer'"], "two": ["model.name='two-layer'", "model.hidden=100"]}
 METHODS = ("round", "loop", "opacus", "vmap", "floor")
 DIGITAL_METHODS = ("dg_gaussian", "dg_skellam", "dg_pbm")
+DIGITAL = {"dg_gaussian": ["digital.mechanism='gaussian'"], "dg_skellam": ["digital.mechanism='skellam'"],
+           "dg_pbm": ["digital.mechanism='pbm'", "digital.bits=8"]}  # PBM as in experiments/ota-vs-digital
 
 
 # ---------------------------------------------------------------- per-user gradient methods
@@ -152,8 +154,7 @@ class RoundBench:
         self.aggregate = AGGREGATORS[spec.train.aggregation]
         self.weight_decay = spec.train.weight_decay
         self.models, self.opts, self.flat_grads = {}, {}, {}
-        self.digital = {m: build_digital(load_spec(PAPER_SPEC, PRESET + MODELS[model_key]
-                                                   + [f"digital.mechanism='{m[3:]}'"]),
+        self.digital = {m: build_digital(load_spec(PAPER_SPEC, PRESET + MODELS[model_key] + DIGITAL[m]),
                                          dim=run.dim, power=self.setup.power, n0=self.setup.n0)
                         for m in DIGITAL_METHODS}
         for m in METHODS + DIGITAL_METHODS:
@@ -222,7 +223,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-FAST = ("round", "vmap", "floor", "dg_gaussian", "dg_skellam")  # cheap enough to time several times per repeat
+FAST = ("round", "vmap", "floor", *DIGITAL_METHODS)  # cheap enough to time several times per repeat
 
 
 def time_methods(model_key: str, device: torch.device, repeats: int, inner: int = 1,

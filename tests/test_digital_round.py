@@ -109,3 +109,19 @@ def test_over_the_air_reports_d_channel_uses_and_the_participants_transmit_energ
     energy = alpha[0] ** 2 * (1.0 + 2 * 0.1) + alpha[1] ** 2 * (0.25 + 2 * 0.2)
     assert agg.extras["channel_uses"] == 2.0 and agg.extras["outages"] == 0
     assert agg.extras["energy"] == pytest.approx(energy)
+
+
+@pytest.mark.parametrize("ghost", [True, False])
+def test_block_materialisation_equals_the_rows_of_the_full_one(ghost):
+    from torch import nn
+
+    from otafl.fl.grads import ghost_gradients
+
+    gen = torch.Generator().manual_seed(0)  # seed 0
+    model = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)).double()
+    x = torch.randn(6, 7, 5, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (6, 7), generator=gen)
+    w = torch.full((6, 7), 1 / 7, dtype=torch.float64)
+    grads = ghost_gradients(model, x, y, w, weight_decay=0.1, ghost=ghost)
+    rows = torch.tensor([4, 0, 2])
+    assert torch.allclose(grads.materialise_rows(rows), grads.materialise()[rows])

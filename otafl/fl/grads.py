@@ -170,6 +170,11 @@ class UserGradients:
         """All g_k as one [n, d] tensor (the per-user superposition path)."""
         raise NotImplementedError
 
+    def materialise_rows(self, rows: Tensor) -> Tensor:
+        """The g_k of the users ``rows`` (int64 indices into the n users) as [len(rows), d]
+        (the digital round, block by block)."""
+        return self.materialise().index_select(0, rows)
+
 
 class StackedGradients(UserGradients):
     """Gradients held as a [n, d] tensor (from :func:`per_user_gradients` or a loop)."""
@@ -185,6 +190,9 @@ class StackedGradients(UserGradients):
 
     def materialise(self) -> Tensor:
         return self.grads
+
+    def materialise_rows(self, rows: Tensor) -> Tensor:
+        return self.grads.index_select(0, rows)
 
 
 @dataclass
@@ -248,6 +256,17 @@ class GhostGradients(UserGradients):
 
     def materialise(self) -> Tensor:
         grads = torch.cat([piece for term in self.terms for piece in term.per_user()], dim=1)
+        if self.weight_decay:
+            grads = grads + self.weight_decay * self.flat_params
+        return grads
+
+    def materialise_rows(self, rows: Tensor) -> Tensor:
+        def take(t):
+            return None if t is None else t.index_select(0, rows)
+
+        terms = [_LinearTerm(take(t.inputs), take(t.deltas), take(t.weight_grads), take(t.bias_grads))
+                 for t in self.terms]
+        grads = torch.cat([piece for term in terms for piece in term.per_user()], dim=1)
         if self.weight_decay:
             grads = grads + self.weight_decay * self.flat_params
         return grads
