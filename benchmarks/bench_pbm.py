@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from otafl.api.digital import calibrate_sigma2, digital_privacy, minimal_bits  # noqa: E402
+from otafl.api.digital import calibrate_sigma2, minimal_bits  # noqa: E402
 from otafl.config import load_spec  # noqa: E402
 from otafl.fl.digital import build_digital, digital_aggregate  # noqa: E402
 from otafl.fl.grads import StackedGradients  # noqa: E402

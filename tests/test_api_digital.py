@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 from click.testing import CliRunner
 
 from otafl.api.digital import calibrate_sigma2, digital_privacy, minimal_bits

@@ -22,7 +22,6 @@ Over-the-air, for comparison, uses d channel uses per round whatever the number 
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch

@@ -14,8 +14,8 @@ Two entry points:
   quantile m_t of |K_t| (failure delta'_t, charged to delta) and the analytic Gaussian
   mechanism with the summed variance m_t sigma_min^2 + N0/c_t^2, *not* amplified by
   sampling, delta p_max delta_l + delta'; local: the user's own share, as ``tight``.
-- :func:`~otafl.privacy.accountants.digital_run.account_digital_run`, used by the training loop for ``train.aggregation =
-  "digital"``: reads each round's :class:`~otafl.privacy.facts.DigitalMechanism` and the
+- :func:`~otafl.privacy.accountants.digital_run.account_digital_run`, used by the training
+  loop for ``train.aggregation = "digital"``: reads each round's :class:`~otafl.privacy.facts.DigitalMechanism` and the
   exact law of the participant count. Gaussian shares: per round the conditional profile
   sum_n w_n delta_G(eps; Delta, sqrt(n sigma^2)), composed by privacy-loss distributions.
   Skellam and PBM: Renyi DP of the round's mixture (Agarwal, Kairouz & Liu 2021, Thm 3.5;
