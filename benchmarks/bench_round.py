@@ -15,7 +15,12 @@ per round of
                    the same round;
     (d) vmap    -- ``torch.func`` vmap per-user gradients, then the same round;
     (e) floor   -- one forward + backward over all K b = 6,400 samples, no per-user
-                   separation and nothing else.
+                   separation and nothing else;
+    (f) dg_*    -- the same round with ``train.aggregation = "digital"`` (gaussian, skellam,
+                   pbm; defaults of ``[digital]``, PBM at 8 bits as in the comparison): per-user gradients materialised, clipped,
+                   rotated by the batched fast Walsh-Hadamard transform, quantised and
+                   privatised, summed mod 2^bits, decoded; reported as ``digital_over_ota_*``
+                   (dg / round), single-layer only unless ``--digital-models`` says otherwise.
 
 Every method starts from the same gathered minibatch x [K, b, F] (a fresh one per repeat;
 the gather is not timed) and runs on its own copy of the model and optimizer. Repeats are
@@ -60,8 +65,8 @@ from torch.nn import functional as F
 from otafl.config import load_spec
 from otafl.data import gather_rows, sample_minibatches
 from otafl.estimate import estimate_known
+from otafl.fl.sketch import InputSketch
 from otafl.fl.grads import (
-    InputSketch,
     StackedGradients,
     UserGradients,
     per_user_gradients,
@@ -71,6 +76,7 @@ from otafl.fl.grads import (
 from otafl.device import DEVICES, resolve_device
 from otafl.fl.local import build_local_steps, local_updates, local_updates_loop
 from otafl.fl.optim import bind_flat_grad, make_optimizer
+from otafl.fl.digital import build_digital, digital_aggregate
 from otafl.fl.round import AGGREGATORS
 from otafl.setup import build_run
 
@@ -79,6 +85,9 @@ PAPER_SPEC = REPO / "experiments" / "paper-mnist.toml"
 PRESET = ["sampling.p=1.0", "data.batch_size=32"]
 MODELS = {"single": ["model.name='single-layer'"], "two": ["model.name='two-layer'", "model.hidden=100"]}
 METHODS = ("round", "loop", "opacus", "vmap", "floor")
+DIGITAL_METHODS = ("dg_gaussian", "dg_skellam", "dg_pbm")
+DIGITAL = {"dg_gaussian": ["digital.mechanism='gaussian'"], "dg_skellam": ["digital.mechanism='skellam'"],
+           "dg_pbm": ["digital.mechanism='pbm'", "digital.bits=8"]}  # PBM as in experiments/ota-vs-digital
 
 
 # ---------------------------------------------------------------- per-user gradient methods
@@ -153,7 +162,10 @@ class RoundBench:
         self.aggregate = AGGREGATORS[spec.train.aggregation]
         self.weight_decay = spec.train.weight_decay
         self.models, self.opts, self.flat_grads = {}, {}, {}
-        for m in METHODS:
+        self.digital = {m: build_digital(load_spec(PAPER_SPEC, PRESET + MODELS[model_key] + DIGITAL[m]),
+                                         dim=run.dim, power=self.setup.power, n0=self.setup.n0)
+                        for m in DIGITAL_METHODS}
+        for m in METHODS + DIGITAL_METHODS:
             model = copy.deepcopy(base)
             self.models[m] = model
             self.opts[m] = make_optimizer("adam", model.parameters(), spec.train.lr)
@@ -183,11 +195,19 @@ class RoundBench:
         self.flat_grads[method].copy_(estimate_known(agg.aligned_sum, agg.participants))
         self.opts[method].step()
 
+    def finish_digital(self, method: str, grads: UserGradients) -> None:
+        """The digital round's aggregation (quantise, rotate, privatise, modular sum, decode), estimate, Adam."""
+        agg = digital_aggregate(grads, self.h, self.active, self.setup, self.gens["noise"],
+                                digital=self.digital[method])
+        self.flat_grads[method].copy_(estimate_known(agg.aligned_sum, agg.participants))
+        self.opts[method].step()
+
     def step(self, method: str, idx: Tensor, x: Tensor, y: Tensor, weight: Tensor) -> None:
         model, wd = self.models[method], self.weight_decay
-        if method == "round":
+        if method == "round" or method in DIGITAL_METHODS:
             sketch = self.input_sketch.minibatch(idx) if self.input_sketch else None
-            self.finish(method, user_gradients(model, x, y, weight, weight_decay=wd, input_sketch=sketch))
+            grads = user_gradients(model, x, y, weight, weight_decay=wd, input_sketch=sketch)
+            (self.finish if method == "round" else self.finish_digital)(method, grads)
         elif method == "loop":
             grads, losses = per_user_loop_gradients(model, x, y, weight, weight_decay=wd)
             self.finish(method, StackedGradients(grads, losses))
@@ -211,7 +231,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-FAST = ("round", "vmap", "floor")  # cheap enough to time several times per repeat
+FAST = ("round", "vmap", "floor", *DIGITAL_METHODS)  # cheap enough to time several times per repeat
 
 
 def time_methods(model_key: str, device: torch.device, repeats: int, inner: int = 1,
@@ -323,6 +343,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="rounds of the peak-RSS training run (0: skip) [20]")
     parser.add_argument("--local-steps", type=int, default=5, help="S of the local-steps round [5]")
     parser.add_argument("--local-repeats", type=int, default=3, help="repeats of the local-steps round [3]")
+    parser.add_argument("--digital-models", default="single",
+                        help="models that also time the digital rounds, comma list of single,two ('' for none) [single]")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -331,8 +353,10 @@ def main(argv: list[str] | None = None) -> dict:
                  "torch": torch.__version__}
     if args.rss_rounds > 0:  # first, while this process is small (see peak_rss_mib)
         out["peak_rss_mib"] = peak_rss_mib(args.rss_rounds, str(device))
+    digital_models = [k.strip() for k in args.digital_models.split(",") if k.strip()]
     for key in MODELS:
-        med = time_methods(key, device, args.repeats, args.inner)
+        methods = METHODS + (DIGITAL_METHODS if key in digital_models else ())
+        med = time_methods(key, device, args.repeats, args.inner, methods=methods)
         out[f"input_sketch_once_s_{key}"] = med.pop("input_sketch_once")
         for m, v in med.items():
             out[f"median_s_{m}_{key}"] = v
@@ -340,6 +364,9 @@ def main(argv: list[str] | None = None) -> dict:
         out[f"speedup_vs_loop_{key}"] = med["loop"] / med["round"]
         out[f"speedup_vs_opacus_{key}"] = med["opacus"] / med["round"]
         out[f"speedup_vs_vmap_{key}"] = med["vmap"] / med["round"]
+        for m in DIGITAL_METHODS:
+            if m in med:
+                out[f"digital_over_ota_{m[3:]}_{key}"] = med[m] / med["round"]
     local = time_local_steps(device, args.local_repeats, args.local_steps)
     out["local_steps"] = args.local_steps
     out["median_s_local_steps_single"] = local["local_steps"]
@@ -362,6 +389,12 @@ def main(argv: list[str] | None = None) -> dict:
               f"{1e3 * out['median_s_local_steps_single']:.0f} ms batched vs "
               f"{1e3 * out['median_s_local_steps_loop_single']:.0f} ms per-user loop: "
               f"{out['speedup_vs_loop_local_steps']:.1f}x")
+        for key in MODELS:
+            ratios = {m[3:]: out[f"digital_over_ota_{m[3:]}_{key}"] for m in DIGITAL_METHODS
+                      if f"digital_over_ota_{m[3:]}_{key}" in out}
+            if ratios:
+                print(f"{key}: digital round / over-the-air round: "
+                      + ", ".join(f"{m} {r:.2f}" for m, r in ratios.items()))
         if "peak_rss_mib" in out:
             print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: "
                   f"{out['peak_rss_mib']:.0f} MiB")

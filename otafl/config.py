@@ -1,7 +1,7 @@
 """Experiment specs: TOML -> frozen dataclasses, validated, with ``--set`` overrides.
 
 A spec has the sections ``[data] [model] [channel] [transmit] [sampling] [estimator]
-[train] [privacy]`` (and ``[sweep]``, read by :mod:`otafl.sweep`). Every key has a default,
+[train] [privacy] [digital]`` (and ``[sweep]``, read by :mod:`otafl.sweep`). Every key has a default,
 so an empty file is a valid spec. Unknown sections or keys are errors (they are typos far
 more often than intent). ``[channel] preset = "NAME"`` reads a channel preset TOML (a
 path, or a name in the repository's ``channels/`` folder); keys written in ``[channel]``
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from otafl.errors import OtaflInputError, check_range
+from otafl.errors import OtaflInputError
+from otafl.validation import as_list, validate
 
 CHANNELS_DIR = Path(__file__).resolve().parent.parent / "channels"
 
@@ -106,6 +107,23 @@ class TrainSpec:
 
 
 @dataclass(frozen=True)
+class DigitalSpec:
+    """Orthogonal access + secure aggregation, read when train.aggregation = "digital"
+    (docs/model.md#digital)."""
+
+    mechanism: str = "skellam"  # gaussian (continuous reference) | skellam | pbm
+    bits: int = 16  # bits per coordinate: the field Z_{2^bits} of secure aggregation
+    sigma2: float = 0.1  # per-user noise variance per coordinate, gradient units (gaussian, skellam)
+    scale: float | str = "auto"  # integer levels per gradient unit (skellam); auto: fill the field
+    rotation: bool = True  # random Walsh-Hadamard rotation before quantising (skellam, pbm)
+    theta: float | str = "auto"  # pbm: p = 1/2 + theta x / c in (0, 1/2); auto: noise variance sigma2
+    clip_prob: float = 1e-6  # probability that a rotated coordinate leaves [-c, c] (sets c)
+    access: str = "tdma"  # tdma | ofdma
+    min_rate: float = 0.1  # bits per channel use below which a user is in outage
+    delta_total: float | str = "auto"  # delta of the composed epsilons; auto = sum_t p_t delta_l + delta_l
+
+
+@dataclass(frozen=True)
 class PrivacySpec:
     accountants: list[str] = field(default_factory=lambda: ["paper", "tight"])
     delta_l: float = 1e-5
@@ -122,6 +140,7 @@ class Spec:
     estimator: EstimatorSpec = field(default_factory=EstimatorSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     privacy: PrivacySpec = field(default_factory=PrivacySpec)
+    digital: DigitalSpec = field(default_factory=DigitalSpec)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return dataclasses.asdict(self)
@@ -280,8 +299,9 @@ def spec_from_dict(d: Mapping[str, Any]) -> Spec:
 _TYPES = {
     ("data", "users"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
-    ("train", "seed"): int, ("train", "local_steps"): int,
+    ("train", "seed"): int, ("train", "local_steps"): int, ("digital", "bits"): int,
 }
+_AUTO_NUMBERS = ("delta_prime", "scale", "delta_total", "theta")  # keys that take a number or "auto"
 
 
 def _coerce(section: str, key: str, value: Any, cls: type) -> Any:
@@ -312,165 +332,14 @@ def _coerce(section: str, key: str, value: Any, cls: type) -> Any:
         return [float(v) if isinstance(v, (int, float)) else v for v in value]
     if isinstance(proto, float) or (proto is None and isinstance(value, (int, float))):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(proto, float) and key == "delta_prime" and value == "auto":
+            if isinstance(proto, float) and key in _AUTO_NUMBERS and value == "auto":
                 return value
             raise OtaflInputError(f"{where} = {value!r} must be a number")
         return float(value)
     if isinstance(proto, str) or proto is None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key in ("delta_prime",):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key in _AUTO_NUMBERS:
             return float(value)
         if not isinstance(value, str):
             raise OtaflInputError(f"{where} = {value!r} must be a string")
         return value
     return value
-
-
-def _names(where: str, value: str, allowed) -> None:
-    if value not in allowed:
-        raise OtaflInputError(f"{where} = {value!r} is not one of: {', '.join(sorted(allowed))}")
-
-
-def as_list(x) -> list:
-    """A spec value that is a scalar or a list, as a list."""
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
-def registries() -> dict[str, Any]:
-    """Every name a spec accepts, read from the registry that implements it: a name is
-    valid exactly when some module can build it. Imported here, not at module level, so that
-    reading a spec stays cheap and the registries' modules may import this one."""
-    from otafl.channel.fading import FADING_MODELS
-    from otafl.data import DATASETS, SPLITS
-    from otafl.device import DEVICES
-    from otafl.estimate import ESTIMATORS
-    from otafl.fl.local import ALGORITHMS
-    from otafl.fl.optim import OPTIMIZERS
-    from otafl.fl.round import AGGREGATORS, SUPERPOSITIONS
-    from otafl.models import MODELS
-    from otafl.privacy.accountants import ACCOUNTANTS
-    from otafl.sampling import SAMPLING_SCHEMES, SCHEDULES
-    from otafl.transmit import ALIGNMENT_POLICIES
-
-    return {
-        "data.name": DATASETS, "data.split": SPLITS, "model.name": MODELS, "channel.fading": FADING_MODELS,
-        "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
-        "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
-        "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
-        "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS,
-    }
-
-
-def _validate_local_steps(spec: Spec, algorithms) -> None:
-    """The local-steps keys (docs/model.md#local-steps); fedsgd takes one step and ignores the rest."""
-    tr, tx = spec.train, spec.transmit
-    _names("train.algorithm", tr.algorithm, algorithms)
-    check_range("train.local_steps", tr.local_steps, 1, None)
-    check_range("train.local_lr", tr.local_lr, 0, None, lo_open=True)
-    if tr.server_lr is not None:
-        check_range("train.server_lr", tr.server_lr, 0, None, lo_open=True)
-    check_range("train.record_sampling", tr.record_sampling, 0, 1, lo_open=True)
-    check_range("transmit.record_clip", tx.record_clip, 0, None, lo_open=True)
-    check_range("transmit.step_noise", tx.step_noise, 0, None)
-    if tr.algorithm == "fedsgd":
-        if tr.local_steps != 1:
-            raise OtaflInputError(f"train.local_steps = {tr.local_steps} needs train.algorithm = 'fedavg' or "
-                                  "'scaffold' (fedsgd takes one step per round)")
-        if tr.server_lr is not None:
-            raise OtaflInputError("train.server_lr is for fedavg and scaffold; fedsgd steps with train.optimizer "
-                                  "at train.lr")
-    elif tr.weight_decay:
-        raise OtaflInputError(f"train.weight_decay = {tr.weight_decay!r} is outside the allowed range [0, 0] "
-                              f"for train.algorithm = {tr.algorithm!r} (no weight decay in the local steps)")
-    if tr.scaffold_warm_start and tr.algorithm != "scaffold":
-        raise OtaflInputError(f"train.scaffold_warm_start = true needs train.algorithm = 'scaffold' "
-                              f"(found {tr.algorithm!r})")
-
-
-def validate(spec: Spec) -> None:
-    """Range and name checks that need no data; raises OtaflInputError on the first problem."""
-    names = registries()
-    d, m, c, tx, s, e, tr, pv = (spec.data, spec.model, spec.channel, spec.transmit, spec.sampling,
-                                 spec.estimator, spec.train, spec.privacy)
-    _names("data.name", d.name, names["data.name"])
-    check_range("data.users", d.users, 1, None)
-    _names("data.split", d.split, names["data.split"])
-    check_range("data.alpha", d.alpha, 0, None, lo_open=True)
-    check_range("data.shards_per_user", d.shards_per_user, 1, None)
-    check_range("data.batch_size", d.batch_size, 1, None)
-    check_range("data.test_fraction", d.test_fraction, 0, 1, lo_open=True, hi_open=True)
-    _names("model.name", m.name, names["model.name"])
-    check_range("model.hidden", m.hidden, 1, None)
-    _names("channel.fading", c.fading, names["channel.fading"])
-    check_range("channel.rician_k", c.rician_k, 0, None)
-    check_range("channel.rho", c.rho, 0, 1)
-    check_range("channel.n0", c.n0, 0, None)
-    for v in as_list(c.snr_db):
-        check_range("channel.snr_db", v, -100, 100)
-    for v in as_list(c.large_scale_gain):
-        check_range("channel.large_scale_gain", v, 0, None, lo_open=True)
-    if c.group_sizes is not None:
-        for v in c.group_sizes:
-            check_range("channel.group_sizes", v, 1, None)
-        if len(c.group_sizes) != len(as_list(c.snr_db)):
-            raise OtaflInputError(
-                f"channel.group_sizes has {len(c.group_sizes)} entries but channel.snr_db has "
-                f"{len(as_list(c.snr_db))}; they must match")
-    check_range("transmit.clip", tx.clip, 0, None, lo_open=True)
-    for v in as_list(tx.sigma2):
-        check_range("transmit.sigma2", v, 0, None)
-    groups = len(as_list(c.snr_db))
-    for key, value in (("channel.large_scale_gain", c.large_scale_gain), ("transmit.sigma2", tx.sigma2)):
-        n = len(as_list(value))
-        if n not in (1, groups, d.users):
-            raise OtaflInputError(f"{key} has {n} values; allowed lengths are 1 (all users), {groups} (one per "
-                                  f"SNR group) or {d.users} (one per user)")
-    _names("transmit.alignment", tx.alignment, names["transmit.alignment"])
-    if tx.alignment == "truncate":
-        if tx.threshold is None:
-            raise OtaflInputError("transmit.threshold must be set (a gain >= 0) when transmit.alignment = 'truncate'")
-        check_range("transmit.threshold", tx.threshold, 0, None)
-    _names("sampling.scheme", s.scheme, names["sampling.scheme"])
-    check_range("sampling.p", s.p, 0, 1, lo_open=True)
-    check_range("sampling.h_th", s.h_th, 0, None, lo_open=True)
-    _names("sampling.schedule", s.schedule, names["sampling.schedule"])
-    check_range("sampling.p_start", s.p_start, 0, 1, lo_open=True)
-    check_range("sampling.p_end", s.p_end, 0, 1, lo_open=True)
-    for v in s.values:
-        check_range("sampling.values", v, 0, 1, lo_open=True)
-    if s.scheme == "time-varying" and s.schedule == "list" and not s.values:
-        raise OtaflInputError("sampling.values must list at least one p in (0, 1] when schedule = 'list'")
-    _names("estimator.kind", e.kind, names["estimator.kind"])
-    check_range("train.rounds", tr.rounds, 1, None)
-    _names("train.aggregation", tr.aggregation, names["train.aggregation"])
-    _names("train.superposition", tr.superposition, names["train.superposition"])
-    _names("train.optimizer", tr.optimizer, names["train.optimizer"])
-    check_range("train.lr", tr.lr, 0, None, lo_open=True)
-    check_range("train.weight_decay", tr.weight_decay, 0, None)
-    check_range("train.eval_every", tr.eval_every, 1, None)
-    check_range("train.seed", tr.seed, 0, 2**32 - 1)
-    _names("train.device", tr.device, names["train.device"])
-    _validate_local_steps(spec, names["train.algorithm"])
-    check_range("privacy.delta_l", pv.delta_l, 0, 1, lo_open=True, hi_open=True)
-    if isinstance(pv.delta_prime, str):
-        if pv.delta_prime != "auto":
-            raise OtaflInputError(f"privacy.delta_prime = {pv.delta_prime!r} must be 'auto' or a number in (0, 1)")
-    else:
-        check_range("privacy.delta_prime", pv.delta_prime, 0, 1, lo_open=True, hi_open=True)
-    for a in as_list(pv.accountants):  # [] is allowed: a run without privacy accounting
-        if not isinstance(a, str):
-            raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")
-        _names("privacy.accountants", a, names["privacy.accountants"])
-
-    check_run_size(spec)
-
-
-def check_run_size(spec: Spec) -> None:
-    """Refuse, before anything is allocated, a run whose sizes (rounds, users, model width,
-    minibatch) would need more memory than :func:`otafl.limits.memory_limit_bytes`."""
-    from otafl.limits import check_memory, model_dim_upper, run_bytes
-
-    d, m, tr = spec.data, spec.model, spec.train
-    dim = model_dim_upper(m.name, m.hidden)
-    check_memory(f"train.rounds = {tr.rounds} with data.users = {d.users}, model.name = {m.name!r}, "
-                 f"model.hidden = {m.hidden}",
-                 run_bytes(rounds=tr.rounds, users=d.users, dim=dim, batch=d.batch_size))

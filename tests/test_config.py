@@ -52,7 +52,7 @@ def test_bad_specs_name_the_value_and_the_range(raw, needle):
 
 
 def test_every_registered_name_is_accepted_and_a_typo_lists_the_registry():
-    from otafl.config import registries
+    from otafl.validation import registries
 
     for where, registry in registries().items():
         section, key = where.split(".")

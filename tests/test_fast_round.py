@@ -17,9 +17,9 @@ from otafl.config import load_spec
 from otafl.errors import OtaflInputError
 from otafl.fl import loop
 from otafl.data import UserSplit, sample_minibatches, split_users
+from otafl.fl.sketch import InputSketch
 from otafl.fl.grads import (
     GhostGradients,
-    InputSketch,
     StackedGradients,
     flatten,
     ghost_gradients,

@@ -268,16 +268,17 @@ def test_account_run_rejects_unknown_accountant_and_bad_delta():
 
 def test_registry_is_the_single_source_of_names():
     from otafl.privacy.accountants import exact_round, get_accountant
+    from otafl.privacy.accountants.digital import digital_round
 
     from otafl.privacy.accountants.steps import steps_round
 
-    assert {ACCOUNTANTS[n].round_bound for n in ("paper", "tight", "exact", "steps")} == {
-        paper_round, tight_round, exact_round, steps_round}
+    assert {ACCOUNTANTS[n].round_bound for n in ("paper", "tight", "exact", "steps", "digital")} == {
+        paper_round, tight_round, exact_round, steps_round, digital_round}
     for name, acc in ACCOUNTANTS.items():  # contract: every registered accountant bounds a small grid
         b = acc.bound(participation_prob=torch.tensor([0.3, 0.9], dtype=torch.float64), users=50,
                       noise_var=0.5, sensitivity=2.0, alignment_gain=1.0, n0=1.0, delta_l=1e-5, dim=20)
         assert b.epsilon_central.shape == (2,) and bool((b.epsilon_central >= 0).all()), name
         assert bool((b.epsilon_local >= 0).all()), name
     assert all(get_accountant(n) is a and a.name == n for n, a in ACCOUNTANTS.items())
-    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{exact, paper, steps, tight\}"):
+    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{digital, exact, paper, steps, tight\}"):
         get_accountant("magic")

@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from otafl.config import Spec, validate
+from otafl.config import Spec
+from otafl.validation import validate
 from otafl.errors import OtaflInputError, check_range
 from otafl.results import atomic_write_text, jsonable
 

@@ -69,7 +69,7 @@ def _register() -> None:
 
     commands = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
                 "plot": "plot", "audit": "audit", "plot-accountants": "accountants",
-                "calibrate": "calibrate"}  # command -> module
+                "calibrate": "calibrate", "plot-digital": "digital"}  # command -> module
     for name, module in commands.items():
         try:
             mod = importlib.import_module(f"otafl.cli.{module}")

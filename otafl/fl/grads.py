@@ -47,7 +47,7 @@ backward pass is needed (the "book-keeping" trick of Bu et al. 2023, "Differenti
 private optimization on large model at small cost", ICML).
 
 The first linear layer's inputs are the raw features, whose inner products do not depend on
-w: :class:`InputSketch` factors every user's local Gram matrix once per run into short
+w: :class:`~otafl.fl.sketch.InputSketch` factors every user's local Gram matrix once per run into short
 per-sample vectors phi_j with phi_j . phi_j' = x_j . x_j' (r = min(max_k D_k, F) coordinates), so
 the first layer's norm is that of the small [F_out, r] matrix sum_j delta_j phi_j^T,
 n b F_out (r + 1) per round (with a constant coordinate appended, the bias gradient comes out of
@@ -69,13 +69,11 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
-from otafl.data import gather_rows
 from otafl.errors import OtaflInputError
 
 __all__ = [
     "ELEMENTWISE",
     "GhostGradients",
-    "InputSketch",
     "StackedGradients",
     "UserGradients",
     "flatten",
@@ -170,6 +168,11 @@ class UserGradients:
         """All g_k as one [n, d] tensor (the per-user superposition path)."""
         raise NotImplementedError
 
+    def materialise_rows(self, rows: Tensor) -> Tensor:
+        """The g_k of the users ``rows`` (int64 indices into the n users) as [len(rows), d]
+        (the digital round, block by block)."""
+        return self.materialise().index_select(0, rows)
+
 
 class StackedGradients(UserGradients):
     """Gradients held as a [n, d] tensor (from :func:`per_user_gradients` or a loop)."""
@@ -185,6 +188,9 @@ class StackedGradients(UserGradients):
 
     def materialise(self) -> Tensor:
         return self.grads
+
+    def materialise_rows(self, rows: Tensor) -> Tensor:
+        return self.grads.index_select(0, rows)
 
 
 @dataclass
@@ -252,94 +258,16 @@ class GhostGradients(UserGradients):
             grads = grads + self.weight_decay * self.flat_params
         return grads
 
+    def materialise_rows(self, rows: Tensor) -> Tensor:
+        def take(t):
+            return None if t is None else t.index_select(0, rows)
 
-class InputSketch:
-    """Per-user isometric sketches of the raw features, computed once per run.
-
-    The first linear layer sees the raw features x_j [F]; its ghost norm needs only their
-    inner products x_j . x_j' between samples of the *same* user, and those do not depend on
-    w. For user k with local data X_k [D_k, F] (zero-padded to max_D rows), the QR
-    factorisation X_k^T = Q_k R_k (Householder, float64; R_k is [r, max_D] with
-    r = min(max_D, F)) gives X_k X_k^T = R_k^T R_k, so each local sample gets the r-vector
-    phi_j = column j of R_k and phi_j . phi_j' = x_j . x_j' for any two samples of user k.
-    With delta_j the output gradients of the user's minibatch
-
-        ||G_k||_F^2 = sum_{j, j'} (x_j . x_j') (delta_j . delta_j') = ||sum_j delta_j phi_j^T||_F^2,
-
-    the norm of an [F_out, r] matrix instead of the [F_out, F] layer gradient. A constant
-    last coordinate 1 is appended to every phi_j, so that the same product also yields the
-    bias gradient sum_j delta_j (its last column) and its squared norm: one batched product
-    per round, n b F_out (r + 1) multiply-adds (:func:`layer_method`), against n b F_out F
-    for materialising the layer gradient: the sketch pays off when r + 1 < F.
-
-    The sketch is exact only within a user: every minibatch row must hold samples of one
-    user (:meth:`minibatch` checks it).
-
-    Attributes
-    ----------
-    features : [N, r + 1], phi_j and the constant 1, for every training sample (NaN for
-        samples nobody holds).
-    user_of : [N] int64, the user holding each sample (-1: nobody).
-    """
-
-    def __init__(self, features: Tensor, user_of: Tensor):
-        self.features = features
-        self.user_of = user_of
-
-    @property
-    def rank(self) -> int:
-        """r, the sketch dimension (without the constant coordinate)."""
-        return self.features.shape[1] - 1
-
-    @classmethod
-    def build(cls, x_train: Tensor, split, *, max_entries: int = 2**25,
-              users_per_chunk: int = 16) -> InputSketch | None:
-        """From the training features [N, F] and a :class:`otafl.data.UserSplit`.
-
-        Returns None (the first layer then takes :func:`layer_method`'s Gram or materialised
-        norms) when the sketch could not be cheaper than materialising (r + 1 >= F), when
-        its N (r + 1) entries exceed ``max_entries`` (default 2^25, 128 MiB in float32), or
-        when the split is not a partition (a sample held by two users).
-        """
-        index = split.index.to(x_train.device)
-        counts = split.counts.to(x_train.device)
-        users, max_d = index.shape
-        n_features = x_train.shape[1]
-        rank = min(max_d, n_features)
-        if rank + 1 >= n_features or x_train.shape[0] * (rank + 1) > max_entries:
-            return None
-        valid = torch.arange(max_d, device=index.device)[None, :] < counts[:, None]  # [K, max_D]
-        held = index[valid]  # row-major: user 0's samples, then user 1's, ...
-        if torch.unique(held).numel() != held.numel():
-            return None
-        user_of = torch.full((x_train.shape[0],), -1, dtype=torch.int64, device=index.device)
-        user_of[held] = torch.repeat_interleave(torch.arange(users, device=index.device), counts)
-        # samples nobody holds get NaN: a minibatch that draws one poisons its user's norm
-        features = x_train.new_full((x_train.shape[0], rank + 1), math.nan)
-        features[held] = 0.0
-        features[held, rank] = 1.0
-        chunk = max(1, min(users_per_chunk, 2**24 // (max_d * n_features)))  # <= 128 MiB of float64
-        for start in range(0, users, chunk):
-            rows, ok = index[start : start + chunk], valid[start : start + chunk]
-            xs = x_train[rows].to(torch.float64) * ok[:, :, None]  # [chunk, max_D, F], padding rows 0
-            r = torch.linalg.qr(xs.transpose(1, 2), mode="r").R  # [chunk, rank, max_D]: X X^T = R^T R
-            features[rows[ok], :rank] = r.transpose(1, 2)[ok].to(features.dtype)
-        return cls(features, user_of)
-
-    def pays_off(self, layer: nn.Module, batch: int) -> bool:
-        """Whether :func:`layer_method` takes the sketch for ``layer`` (the model's first module)
-        at minibatch size ``batch``; when not, there is no point in gathering it."""
-        return isinstance(layer, nn.Linear) and layer_method(
-            batch, layer.in_features, layer.out_features, sketch_rank=self.rank) == "sketch"
-
-    def minibatch(self, idx: Tensor) -> Tensor:
-        """The sketched features [n, b, r + 1] of minibatches ``idx`` [n, b] (row k: samples of one
-        user, as :func:`otafl.data.sample_minibatches` draws them)."""
-        owner = gather_rows(self.user_of, idx)
-        if not torch.equal(owner, owner[:, :1].expand_as(owner)):
-            raise OtaflInputError("InputSketch.minibatch: every row of idx must hold samples of one user "
-                                  "of the split the sketch was built from")
-        return gather_rows(self.features, idx)
+        terms = [_LinearTerm(take(t.inputs), take(t.deltas), take(t.weight_grads), take(t.bias_grads))
+                 for t in self.terms]
+        grads = torch.cat([piece for term in terms for piece in term.per_user()], dim=1)
+        if self.weight_decay:
+            grads = grads + self.weight_decay * self.flat_params
+        return grads
 
 
 def supports_ghost(model: nn.Module) -> bool:
@@ -360,7 +288,7 @@ def layer_method(batch: int, in_features: int, out_features: int, *, sketch_rank
                  ghost: bool | None = None) -> str:
     """How :func:`ghost_gradients` gets one linear layer's per-user norms.
 
-    ``"sketch"`` (the first layer, with an :class:`InputSketch` of rank r):
+    ``"sketch"`` (the first layer, with an :class:`~otafl.fl.sketch.InputSketch` of rank r):
     b F_out (r + 1) per user; ``"gram"``: b^2 (F_in + F_out); ``"materialise"``: b F_in F_out.
     The cheapest wins; ``ghost`` = True / False forces ``"gram"`` / ``"materialise"``.
     """
@@ -404,7 +332,7 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
         Force Gram-matrix norms (True) or materialised layer gradients (False) for every
         layer; ``None`` (default) picks the cheapest per layer (:func:`layer_method`).
     input_sketch : [n, b, r + 1] or None
-        The minibatch's sketched features (:meth:`InputSketch.minibatch`); used by the first
+        The minibatch's sketched features (:meth:`~otafl.fl.sketch.InputSketch.minibatch`); used by the first
         module when it is a linear layer.
 
     Returns
@@ -487,7 +415,7 @@ def user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
 
     ``method``: ``"ghost"`` (:func:`ghost_gradients`), ``"vmap"`` (:func:`per_user_gradients`)
     or ``"auto"`` (default): ghost where :func:`supports_ghost`, vmap otherwise.
-    ``input_sketch`` (:meth:`InputSketch.minibatch`) is passed to the ghost path (ignored by vmap).
+    ``input_sketch`` (:meth:`~otafl.fl.sketch.InputSketch.minibatch`) is passed to the ghost path (ignored by vmap).
     Shapes as in :func:`per_user_gradients`.
     """
     if method not in GRADIENT_METHODS:

@@ -9,6 +9,7 @@ round sees, and the same seed gives the same results.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from otafl.config import Spec
 from otafl.data import gather_rows, sample_minibatches
 from otafl.estimate import ESTIMATORS
 from otafl.fl.optim import bind_flat_grad, make_optimizer
-from otafl.fl.grads import InputSketch, StackedGradients, supports_ghost, user_gradients
+from otafl.fl.grads import StackedGradients, supports_ghost, user_gradients
+from otafl.fl.sketch import InputSketch
 from otafl.fl.local import build_local_steps
 from otafl.fl.round import AGGREGATORS, channel_only
 from otafl.privacy.accountants import PrivacyResult, account_run
@@ -73,6 +75,12 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     x_test, y_test = data.x_test.to(dev), data.y_test.to(dev)
 
     aggregate, estimate = AGGREGATORS[tr.aggregation], ESTIMATORS[spec.estimator.kind]
+    digital = None
+    if tr.aggregation == "digital":  # orthogonal access + secure aggregation (otafl/fl/digital.py)
+        from otafl.fl.digital import build_digital
+
+        digital = build_digital(spec, dim=dim, power=setup.power, n0=ch.n0)
+        aggregate = functools.partial(aggregate, digital=digital)
     params = list(model.parameters())
     opt = make_optimizer(tr.optimizer, params, tr.lr)
     flat_grad = bind_flat_grad(params)
@@ -132,15 +140,17 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             train_loss, clipped_fraction = math.nan, math.nan
         if train:
             agg = aggregate(grads, h, active, setup, gens["noise"], superposition=tr.superposition)
+        elif digital is not None:
+            agg = _digital_channel_only(h, active, digital)
         else:
             agg = channel_only(h, active, setup, tr.aggregation)
         p_eff = p * agg.eligible.to(p.dtype)
         mu = float(p_eff.sum())
         n_tx = agg.participants
         g_hat = estimate(agg.aligned_sum, participants=n_tx, mu=mu)
-        if train and g_hat is not None and n_tx > 0 and local is not None:
+        if train and g_hat is not None and n_tx > 0 and not agg.skip and local is not None:
             local.apply(g_hat, participants=n_tx, mu=mu, unknown=spec.estimator.kind == "unknown")
-        elif train and g_hat is not None and n_tx > 0:
+        elif train and g_hat is not None and n_tx > 0 and not agg.skip:
             flat_grad.copy_(g_hat)
             opt.step()
         if train and ((t + 1) % tr.eval_every == 0 or t == T - 1):
@@ -160,25 +170,21 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             "test_accuracy": evaluated,
             "mean_gain": float(h.mean()),
             "mean_p": float(p.mean()),
+            **agg.extras,
         }
         records.append(rec)
         facts.append(RoundFacts(
             participation_prob=p_eff.to(torch.float64).cpu(),
             noise_var=setup.noise_var.to(torch.float64).cpu() if tr.aggregation == "ota"
-            else torch.zeros(K, dtype=torch.float64),
+            else torch.full((K,), digital.noise_var if digital is not None else 0.0, dtype=torch.float64),
             alignment_gain=agg.alignment_gain if tr.aggregation == "ota" else math.inf,
             n0=ch.n0 if tr.aggregation == "ota" else 0.0,
-            sensitivity=sensitivity, dim=dim, participants=n_tx, **step_facts))
+            sensitivity=sensitivity, dim=dim, participants=n_tx, **step_facts,
+            digital=digital.facts() if digital is not None else None))
         if on_round is not None:
             on_round(rec)
 
-    names = list(spec.privacy.accountants)
-    privacy = account_run(facts, accountants=[a for a in names if a != "steps"], delta_l=spec.privacy.delta_l,
-                          delta_prime=spec.privacy.delta_prime, delta_target=delta_target)
-    if "steps" in names:  # composed by its own run-level function (local steps: not one Gaussian per round)
-        steps = account_steps(facts, delta_l=spec.privacy.delta_l, delta_prime=spec.privacy.delta_prime,
-                              delta_target=delta_target)
-        privacy = PrivacyResult({a: steps if a == "steps" else privacy[a] for a in names})
+    privacy, privacy_note = _account(spec, facts, digital, delta_target)
     offset = 0 if warm is None else 1  # the warm-start transmission comes first in the facts
     for t, rec in enumerate(records):
         rec.update(privacy.round_fields(t + offset))
@@ -202,7 +208,66 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                                   if not math.isnan(r["train_loss"])), math.nan),
         "max_power_ratio": max([r["max_power_ratio"] for r in records] + ([warm.max_power_ratio] if warm else [])),
         "delta_l": spec.privacy.delta_l,
+        **_cost_summary(records, digital),
+        **({"privacy_note": privacy_note} if privacy_note else {}),
         **privacy.summary_fields(),
         "wall_seconds": time.perf_counter() - t0,
     }
     return RunResult(summary=summary, rounds=records, privacy=privacy)
+
+
+def _digital_channel_only(h, active, digital):
+    """Bounds-only digital round: who is in outage and what the uplink costs (no gradients)."""
+    from otafl.fl.digital import digital_cost_only
+    from otafl.fl.round import Aggregate
+
+    eligible, transmitting, cost = digital_cost_only(h, active, digital)
+    extras = {"channel_uses": cost.channel_uses, "energy": cost.energy, "outages": cost.outages,
+              "bits": cost.bits, "overflow": 0, "clipped": 0}
+    return Aggregate(h.new_zeros(0), transmitting, eligible, math.nan, math.nan, 1.0, extras=extras)
+
+
+def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float | None
+             ) -> tuple[PrivacyResult, str]:
+    """The run's privacy, per accountant of the spec.
+
+    ``steps`` (local DP-SGD steps) and ``digital`` (secure aggregation; always run for a
+    digital round) compose with their own run-level functions; the others through
+    :func:`account_run`. The over-the-air accountants model Gaussian noise, so for
+    ``skellam`` and ``pbm`` shares they are skipped, with a note."""
+    names = list(spec.privacy.accountants)
+    own: dict[str, object] = {}
+    if "steps" in names:
+        own["steps"] = account_steps(facts, delta_l=spec.privacy.delta_l, delta_prime=spec.privacy.delta_prime,
+                                     delta_target=delta_target)
+    note = ""
+    others = [a for a in names if a not in ("steps", "digital")]
+    if digital is not None:
+        from otafl.privacy.accountants.digital_run import account_digital_run
+
+        dg = spec.digital
+        own["digital"] = account_digital_run(facts, delta_l=spec.privacy.delta_l,
+                                             delta_total=None if dg.delta_total == "auto" else float(dg.delta_total))
+        if digital.mechanism != "gaussian" and others:
+            note = f"{', '.join(others)} not run: they model Gaussian noise, not the {digital.mechanism} mechanism"
+            others = []
+    base = account_run(facts, accountants=others, delta_l=spec.privacy.delta_l,
+                       delta_prime=spec.privacy.delta_prime, delta_target=delta_target)
+    order = list(own) + [a for a in names if a in base]
+    return PrivacyResult({a: own[a] if a in own else base[a] for a in dict.fromkeys(order)}), note
+
+
+def _cost_summary(records: list[dict], digital) -> dict:
+    """Means per round of the uplink's channel uses, energy and outages (and the digital extras)."""
+    def mean(key):
+        vals = [float(r[key]) for r in records if key in r and not math.isnan(float(r[key]))]
+        return float(np.mean(vals)) if vals else math.nan
+
+    out = {"channel_uses_per_round": mean("channel_uses"), "energy_per_round": mean("energy"),
+           "outages_per_round": mean("outages")}
+    if digital is not None:
+        out.update({"bits_per_round": mean("bits"), "digital_mechanism": digital.mechanism,
+                    "digital_bits": digital.bits, "digital_coordinates": digital.coordinates,
+                    "overflow_rounds": int(sum(1 for r in records if r.get("overflow", 0))),
+                    "clipped_coordinates": int(sum(r.get("clipped", 0) for r in records))})
+    return out

@@ -22,7 +22,7 @@ budget) and the *sum* of the clipped gradients, so the fast gradient path
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -52,6 +52,8 @@ class Aggregate:
     effective_noise_var: float  # sum_{K_t} sigma_k^2 + N0 / c_t^2 (0 for ideal)
     max_power_ratio: float  # max over transmitters of alpha^2(||g||^2 + d sigma^2) / P_k
     participants: int | None = None  # |K_t| = transmitting.sum() (counted here when not given)
+    extras: dict = field(default_factory=dict)  # round-record columns: channel_uses, energy, outages, ...
+    skip: bool = False  # True: the round carries no update (digital: the modular sum overflowed)
 
     def __post_init__(self):
         if self.participants is None:
@@ -128,10 +130,13 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     state = _channel_state(h, active, setup)
     c, eligible, transmitting, senders = state.gain, state.eligible, state.transmitting, state.senders
     d = grads.dim
+    outages = 0 if setup.alignment == "min" else int((active & ~eligible).sum())  # silenced by truncation
+    extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages}
     if senders.numel() == 0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
-        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, c, state.noise_var, 0.0, 0)
+        return Aggregate(grads.norms.new_zeros(d), transmitting, eligible, c, state.noise_var, 0.0, 0,
+                         extras=extras)
     eff = state.noise_var
     # which of the n computed gradients are sent (all of them unless the policy silences some)
     keep = None if setup.alignment == "min" else eligible[active]
@@ -144,6 +149,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     alpha = power_scale(h_tx, c)
     power = transmit_power(sent_norms, alpha, sigma2, setup.dim)
     ratio = float((power / setup.power.index_select(0, senders)).max())
+    extras["energy"] = float(power.sum())  # sum of the participants' alpha^2 (||g||^2 + d sigma^2)
     if superposition == "aggregate":
         aligned = grads.weighted_sum(coef)
         if eff > 0.0:
@@ -156,7 +162,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
         gains = h_tx.to(clipped.dtype)
         y = superpose(signals, gains, torch.ones_like(gains, dtype=torch.bool), setup.n0, generator)
         aligned = y / c
-    return Aggregate(aligned, transmitting, eligible, c, eff, ratio, senders.numel())
+    return Aggregate(aligned, transmitting, eligible, c, eff, ratio, senders.numel(), extras=extras)
 
 
 def ideal_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: ChannelSetup,
@@ -169,7 +175,14 @@ def ideal_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Chan
     return Aggregate(grads.weighted_sum(factor), active.clone(), everyone, math.nan, 0.0, 0.0)
 
 
-AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate}
+def digital_aggregate(*args, **kwargs) -> Aggregate:
+    """Orthogonal access + secure aggregation (:func:`otafl.fl.digital.digital_aggregate`)."""
+    from otafl.fl.digital import digital_aggregate as aggregate
+
+    return aggregate(*args, **kwargs)
+
+
+AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate, "digital": digital_aggregate}
 
 
 def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) -> Aggregate:
@@ -181,5 +194,7 @@ def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) 
     if strategy == "ideal":
         return Aggregate(h.new_zeros(0), active.clone(), torch.ones_like(active), math.nan, 0.0, 0.0)
     state = _channel_state(h, active, setup)
+    extras = {"channel_uses": float(setup.dim), "energy": math.nan,
+              "outages": int((active & ~state.eligible).sum())}
     return Aggregate(h.new_zeros(0), state.transmitting, state.eligible, state.gain, state.noise_var, 0.0,
-                     state.senders.numel())
+                     state.senders.numel(), extras=extras)

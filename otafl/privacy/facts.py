@@ -14,7 +14,30 @@ from torch import Tensor
 
 from otafl.errors import OtaflInputError, check_range
 
-__all__ = ["RoundFacts", "stack_facts"]
+__all__ = ["DigitalMechanism", "RoundFacts", "stack_facts"]
+
+
+@dataclass(frozen=True)
+class DigitalMechanism:
+    """What a digital (secure-aggregation) round adds to the facts (docs/privacy.md#digital).
+
+    name : ``gaussian`` (continuous shares), ``skellam`` or ``pbm``.
+    noise_var : per-user noise variance per coordinate, gradient units (gaussian, skellam).
+    scale : integer levels per gradient unit (skellam; nan otherwise).
+    coordinates : D, coordinates sent per user (the padded dimension when rotated).
+    box : c, per-coordinate bound of the rotated vector (pbm; inf otherwise).
+    theta, trials : the PBM's theta and m (nan and 0 otherwise).
+    bits : bits per coordinate (the field Z_{2^bits}).
+    """
+
+    name: str
+    noise_var: float = 0.0
+    scale: float = float("nan")
+    coordinates: int = 1
+    box: float = float("inf")
+    theta: float = float("nan")
+    trials: int = 0
+    bits: int = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +67,8 @@ class RoundFacts:
                                          (their add/remove sensitivity); None: FedSGD.
     update_clip_failure : float       -- probability that some transmitter's update was
                                          clipped at the power normalisation (added to delta).
+    digital : DigitalMechanism | None -- the digital mechanism of a ``digital`` round (the
+                                         ``digital`` accountant reads it; None otherwise).
     """
 
     participation_prob: Tensor
@@ -58,6 +83,7 @@ class RoundFacts:
     step_noise: float | None = None
     record_clip: float | None = None
     update_clip_failure: float = 0.0
+    digital: DigitalMechanism | None = None
 
 
 def stack_facts(facts: list[RoundFacts]) -> dict[str, Tensor]:

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 from otafl.errors import OtaflInputError
 from otafl.sweep.store import StoredRun
 
-__all__ = ["COLUMNS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "PER_ACCOUNTANT", "RunGroup",
+__all__ = ["COLUMNS", "COSTS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "PER_ACCOUNTANT", "RunGroup",
            "TableRow", "TradeoffTable", "accountants_of", "choose_accountants", "default_accountants", "flat_params",
            "group_runs", "setting_label", "sort_key", "tradeoff_table",
            "validity_of", "varying_keys"]
@@ -71,7 +71,14 @@ COLUMNS: dict[str, str] = {
     "composition": "composition that gave the totals (central / local), per accountant",
     "valid": "the accountant's classic Gaussian steps stayed in their validity range (all seeds), per accountant",
     "participants": "mean number of participants per round, E_t |K_t|",
+    "channel_uses": "uplink channel uses per round (over the air: d; digital: orthogonal access), shown by "
+                    "default when the runs compare aggregations",
+    "energy": "uplink transmit energy per round (units of the per-block budget P_k)",
+    "outages": "digital users in outage per round",
 }
+#: Cost columns -> their summary key (means over rounds, then seeds).
+COSTS: dict[str, str] = {"channel_uses": "channel_uses_per_round", "energy": "energy_per_round",
+                         "outages": "outages_per_round"}
 #: Per-accountant columns -> their summary suffix (None: not a number).
 PER_ACCOUNTANT: dict[str, str | None] = {
     "eps_local_round": "epsilon_local_max", "eps_local_total": "epsilon_local_total",
@@ -211,6 +218,7 @@ class TableRow:
     leakage: dict[str, dict[str, float]]  # accountant -> LEAKAGE_KEYS suffix -> mean over seeds
     mean_participants: float
     valid: dict[str, bool | None] = field(default_factory=dict)  # accountant -> validity_of
+    costs: dict[str, float] = field(default_factory=dict)  # COSTS column -> mean over seeds
     composition: dict[str, dict[str, str]] = field(default_factory=dict)  # acc -> central/local -> "rdp"
     flat: dict[str, Any] = field(default_factory=dict)  # the first run's flat spec
 
@@ -223,6 +231,7 @@ class TradeoffTable:
     compositions: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # acc -> central/local -> methods
     rounds: list[int] = field(default_factory=list)  # distinct T over the runs
     available: list[str] = field(default_factory=list)  # every accountant present in the runs
+    costs: list[str] = field(default_factory=list)  # COSTS columns some run reports
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -237,11 +246,26 @@ def _num(v: Any) -> float:
         return math.nan
 
 
+#: Grouping keys shown first when they vary (the system compared), the rest alphabetically.
+LEADING_KEYS = ("train.aggregation", "digital.mechanism")
+#: Keys that only over-the-air runs use (blank in digital rows), beside the [digital] ones.
+OTA_ONLY_KEYS = ("transmit.sigma2", "transmit.alignment", "transmit.threshold")
+
+
+def applies(row_group: dict, key: str) -> bool:
+    """Whether a grouping key means anything for a row: a [digital] key of an over-the-air
+    run, or an over-the-air transmit key of a digital run, does not."""
+    agg = row_group.get("train.aggregation")
+    return not ((key.startswith("digital.") and agg not in (None, "digital"))
+                or (key in OTA_ONLY_KEYS and agg == "digital"))
+
+
 def varying_keys(runs: Sequence[StoredRun]) -> list[str]:
     """Spec keys whose value differs between runs, other than the seed and the sampling keys
     (which the scheme and setting columns show)."""
     flats = [flat_params(r.params, r.train) for r in runs]
-    keys = sorted(set().union(*flats)) if flats else []
+    keys = sorted(set().union(*flats), key=lambda k: (k not in LEADING_KEYS, LEADING_KEYS.index(k)
+                                                      if k in LEADING_KEYS else 0, k)) if flats else []
     return [k for k in keys
             if k != "train.seed" and not k.startswith("sampling.")
             and len({json.dumps(f.get(k), default=str) for f in flats}) > 1]
@@ -335,6 +359,7 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
     """
     groups, keys = group_runs(runs, group_by)
     chosen = choose_accountants(runs, accountants)
+    costs = [c for c, key in COSTS.items() if any(not math.isnan(_num(r.summary.get(key))) for r in runs)]
 
     rows = []
     for g in groups:
@@ -354,6 +379,7 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
                      for a in chosen},
             mean_participants=_mean([_num(s.get("mean_participants")) for s in summaries]),
             valid={a: validity_of(summaries, a) for a in chosen},
+            costs={c: _mean([_num(s.get(COSTS[c])) for s in summaries]) for c in costs},
             composition={a: {"central": _joined([s.get(f"{a}_composition") for s in summaries]),
                              "local": _joined([s.get(f"{a}_composition_local") for s in summaries])}
                          for a in chosen},
@@ -364,4 +390,4 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
                     for a in chosen}
     rounds = sorted({int(r.summary["rounds"]) for r in runs if "rounds" in r.summary})
     return TradeoffTable(rows=rows, group_keys=keys, accountants=chosen, compositions=compositions,
-                         rounds=rounds, available=accountants_of(runs))
+                         rounds=rounds, available=accountants_of(runs), costs=costs)

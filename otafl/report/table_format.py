@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 from otafl.errors import OtaflInputError
 from otafl.report.text import render_table as text_table
-from otafl.report.table import (COLUMNS, CSV_DEFAULT_COLUMNS, DEFAULT_COLUMNS, FORMATS, PER_ACCOUNTANT, TableRow,
-                                TradeoffTable, fmt_value)
+from otafl.report.table import (COLUMNS, COSTS, CSV_DEFAULT_COLUMNS, DEFAULT_COLUMNS, FORMATS, PER_ACCOUNTANT, TableRow,
+                                TradeoffTable, applies, fmt_value)
 
 __all__ = ["latex_escape", "render_table", "resolve_columns", "tex_number"]
 
@@ -76,7 +76,8 @@ def resolve_columns(table: TradeoffTable, columns: str | Sequence[str] | None, f
     block per accountant (in the order chosen), placed where the first of them is listed.
     """
     if columns is None:
-        names = list(CSV_DEFAULT_COLUMNS if fmt == "csv" else DEFAULT_COLUMNS)
+        compared = "train.aggregation" in table.group_keys  # OTA against digital: show what the uplink costs
+        names = list(CSV_DEFAULT_COLUMNS if fmt == "csv" else DEFAULT_COLUMNS) + (list(table.costs) if compared else [])
     else:
         names = [c.strip() for item in ([columns] if isinstance(columns, str) else columns)
                  for c in item.split(",") if c.strip()]
@@ -170,6 +171,10 @@ def _cell(table: TradeoffTable, row: TableRow, col: tuple, fmt: str) -> str:
             if math.isnan(row.mean_participants):
                 return _SYM[fmt]["nan"]
             return f"${row.mean_participants:.1f}$" if fmt == "latex" else f"{row.mean_participants:.1f}"
+        if name in COSTS:
+            return _num(row.costs.get(name, math.nan), fmt)
+        if not applies(row.group, name):  # e.g. digital.mechanism of an over-the-air run
+            return _SYM[fmt]["nan"]
         return _value(row.group.get(name), fmt)  # a grouping key
     _, acc, name = col
     if name == "valid":
@@ -196,7 +201,8 @@ def _header(table: TradeoffTable, col: tuple, fmt: str, with_acc: bool) -> str:
         fixed = {"scheme": "scheme", "setting": r"$p$ / $h_\mathrm{th}$" if tex else "p / h_th",
                  "p": "$p$" if tex else "p", "h_th": r"$h_\mathrm{th}$" if tex else "h_th", "seeds": "seeds",
                  "accuracy": r"accuracy (\%)" if tex else "accuracy (%)",
-                 "participants": r"$\overline{|K_t|}$" if tex else "participants"}
+                 "participants": r"$\overline{|K_t|}$" if tex else "participants",
+                 "channel_uses": "channel uses", "energy": "energy", "outages": "outages"}
         return fixed.get(name) or (rf"\texttt{{{latex_escape(name)}}}" if tex else name)
     _, acc, name = col
     side = "local" if "local" in name else "central"
@@ -268,8 +274,8 @@ def _csv(table: TradeoffTable, cols: Sequence[tuple]) -> str:
     header: list[str] = []
     for c in cols:
         if c[0] == "row":
-            header += {"accuracy": ["accuracy_mean", "accuracy_std"], "participants": ["mean_participants"]}.get(
-                c[1], [c[1]])
+            header += {"accuracy": ["accuracy_mean", "accuracy_std"], "participants": ["mean_participants"],
+                       **{k: [v] for k, v in COSTS.items()}}.get(c[1], [c[1]])
         else:
             header += {"composition": [f"{c[1]}_composition", f"{c[1]}_composition_local"],
                        "valid": [f"{c[1]}_classic_valid"]}.get(c[2], [f"{c[1]}_{PER_ACCOUNTANT.get(c[2])}"])
@@ -291,6 +297,8 @@ def _csv(table: TradeoffTable, cols: Sequence[tuple]) -> str:
                     line += [_num(r.accuracy_mean, "csv"), _num(r.accuracy_std, "csv")]
                 elif n == "participants":
                     line.append(_num(r.mean_participants, "csv"))
+                elif n in COSTS:
+                    line.append(_num(r.costs.get(n, math.nan), "csv"))
                 else:
                     line.append(fmt_value(r.group.get(n)))
             elif c[2] == "composition":

@@ -181,7 +181,10 @@ def run_text(summary: dict, accountants, out_dir) -> str:
     s = summary
     lines = [f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
              f"mean participants {s['mean_participants']:.1f} of {s['users']}; {s['wall_seconds']:.1f} s -> {out_dir}"]
-    for name in accountants:
+    if s.get("channel_uses_per_round") == s.get("channel_uses_per_round") is not None:  # reported, not NaN
+        lines.append(f"  uplink: {s['channel_uses_per_round']:.4g} channel uses and {s['energy_per_round']:.4g} "
+                     f"energy per round, {s['outages_per_round']:.3g} outages per round")
+    for name in list(accountants) + [a for a in ("steps", "digital") if a not in accountants]:
         if f"{name}_epsilon_central" in s:
             lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
                          f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
@@ -189,4 +192,6 @@ def run_text(summary: dict, accountants, out_dir) -> str:
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
                             "not a guaranteed bound]"))
+    if s.get("privacy_note"):
+        lines.append(f"  note: {s['privacy_note']}")
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ from typing import Callable
 
 from otafl.errors import OtaflInputError
 from otafl.privacy.accountants.base import RoundBound, evaluate_in_chunks
+from otafl.privacy.accountants.digital import digital_round
 from otafl.privacy.accountants.exact import exact_round
 from otafl.privacy.accountants.paper import paper_round
 from otafl.privacy.accountants.steps import steps_round
@@ -39,6 +40,7 @@ ACCOUNTANTS: dict[str, Accountant] = {
     "exact": Accountant("exact", exact_round,
                         "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
     "steps": Accountant("steps", steps_round, "local DP-SGD steps, sum-dominated over the participants (add/remove)"),
+    "digital": Accountant("digital", digital_round, "secure aggregation, distributed noise, participation revealed"),
 }
 """Accountants by name (``click.Choice(sorted(ACCOUNTANTS))``)."""
 

@@ -1,0 +1,74 @@
+r"""Quantisation and the secure-aggregation sum, simulated exactly (docs/model.md#secagg).
+
+Every participant maps its vector into the field Z_m, m = 2^bits; secure aggregation hands
+the server only the sum of the messages mod m (Bonawitz et al. 2017), never a message.
+:func:`modular_sum` is that output, computed literally from the users' messages;
+:func:`secagg_decode` reads it back into the representable range [lo, lo + m) and reports
+*overflow*: a true integer sum outside that range, which the modular sum would silently wrap.
+The simulation knows the true sum, so overflow is detected exactly (decoded != true) and is
+never passed on to the model (the round is skipped; the loop records it).
+
+Integers are carried as float64 (exact below 2^53) and as int64 for the modular steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["stochastic_round", "modular_sum", "secagg_decode", "SecAggResult"]
+
+
+def stochastic_round(x: Tensor, generator: torch.Generator) -> Tensor:
+    """Unbiased stochastic rounding: floor(x) + Bernoulli(x - floor(x)), same dtype as x.
+
+    E[result] = x (up to the 2^-24 grid of the uniforms); |result - x| < 1. One uniform per
+    element from ``generator``; ``x`` is not modified.
+    """
+    low = torch.floor(x)
+    frac = x - low
+    u = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=generator.device)
+    return low.add_(u.to(x.device).lt_(frac))
+
+
+def modular_sum(messages: Tensor, bits: int) -> Tensor:
+    """SecAgg's output from the users' messages: (sum_k (y_k mod m)) mod m, m = 2^bits.
+
+    messages : [n, D] integer-valued (any dtype). Returns [D] int64 in [0, m).
+    """
+    m = 1 << int(bits)
+    y = torch.remainder(messages.to(torch.int64), m)
+    return torch.remainder(y.sum(dim=0), m)
+
+
+class SecAggResult(tuple):
+    """(decoded [D] float64, overflow [D] bool)."""
+
+    __slots__ = ()
+
+    @property
+    def decoded(self) -> Tensor:
+        return self[0]
+
+    @property
+    def overflow(self) -> Tensor:
+        return self[1]
+
+
+def secagg_decode(wrapped: Tensor, bits: int, *, lo: int, true_sum: Tensor | None = None) -> SecAggResult:
+    """Read SecAgg's output back into [lo, lo + m) and flag overflow.
+
+    wrapped : [D] int64 in [0, m) (:func:`modular_sum`, or ``true_sum mod m``).
+    lo : lower end of the representable range (-2^(bits-1) for centred values, 0 for counts).
+    true_sum : [D] the exact integer sum, known to the simulation only: overflow is
+        decoded != true_sum (no overflow reported when None).
+
+    Returns (decoded [D] float64, overflow [D] bool).
+    """
+    m = 1 << int(bits)
+    decoded = (int(lo) + torch.remainder(wrapped.to(torch.int64) - int(lo), m)).to(torch.float64)
+    if true_sum is None:
+        overflow = torch.zeros_like(decoded, dtype=torch.bool)
+    else:
+        overflow = decoded != true_sum.to(torch.float64)
+    return SecAggResult((decoded, overflow))

@@ -1,0 +1,74 @@
+"""otafl.api.digital (calibration, fewest bits) and the comparison's table and figure."""
+
+from __future__ import annotations
+
+import math
+
+from click.testing import CliRunner
+
+from otafl.api.digital import calibrate_sigma2, digital_privacy, minimal_bits
+from otafl.cli.main import cli
+from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
+from otafl.sweep.grid import expand_grid
+from otafl.sweep.store import open_store
+
+
+def test_calibration_inverts_the_analytic_gaussian_within_one_percent():
+    kw = dict(users=20, dim=16, p=1.0, rounds=1, delta_l=1e-5, delta_total=1e-5)
+    s2 = calibrate_sigma2("gaussian", target=2.0, key="epsilon_central", **kw)
+    assert digital_privacy("gaussian", sigma2=s2, **kw)["epsilon_central"] <= 2.0
+    eps_below = float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=math.sqrt(20 * s2 / 1.02), delta=1e-5))
+    assert eps_below > 2.0  # 2 % less noise would miss the target
+
+
+def test_fewest_bits_shrink_for_pbm_and_grow_for_skellam_as_noise_grows():
+    grid = [0.001, 0.01, 0.1, 1.0, 10.0]
+    pbm = [minimal_bits("pbm", sigma2=s, users=200, dim=7850) for s in grid]
+    skellam = [minimal_bits("skellam", sigma2=s, users=200, dim=7850) for s in grid]
+    assert pbm == sorted(pbm, reverse=True) and pbm[0] > pbm[-1] == 8  # 2^8 - 1 >= K = 200 is the floor
+    assert skellam == sorted(skellam) and skellam[0] < skellam[-1]
+    assert minimal_bits("gaussian", sigma2=0.1, users=200, dim=7850) == 0
+
+
+def _store(path):
+    raw = {"data": {"name": "synthetic", "users": 10}, "train": {"rounds": 5},
+           "sweep": {"points": [{"train.aggregation": "ota"},
+                                {"train.aggregation": "digital", "digital.mechanism": "pbm"},
+                                {"train.aggregation": "digital", "digital.mechanism": "skellam"}], "seeds": [0]}}
+    _, grid = expand_grid(raw)
+    with open_store(path) as store:
+        for i, pt in enumerate(grid):
+            digital = pt.spec.train.aggregation == "digital"
+            acc = "digital" if digital else "tight"
+            summary = {"final_test_accuracy": 0.8 + 0.01 * i, "rounds": 5, "users": 10, "mean_participants": 5.0,
+                       "channel_uses_per_round": 1e5 * (i + 1) if digital else 16.0,
+                       "energy_per_round": 1e3 * (i + 1), "outages_per_round": 0.5 * i,
+                       f"{acc}_epsilon_central": 1.0, f"{acc}_epsilon_central_total": 5.0 + i,
+                       f"{acc}_epsilon_local_max": 9.0, f"{acc}_epsilon_local_total": 90.0}
+            rid = store.mark_running(pt.params, pt.train, pt.values)
+            store.mark_done(rid, summary, [{"round": 1, "participants": 5}])
+    return str(path)
+
+
+def test_the_table_shows_cost_columns_and_blanks_digital_keys_of_over_the_air_rows(tmp_path):
+    path = _store(tmp_path / "r.sqlite")
+    res = CliRunner().invoke(cli, ["table", path])
+    assert res.exit_code == 0, res.output
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in res.stdout.splitlines() if ln.startswith("|")]
+    head, _, *body = rows
+    assert head[-3:] == ["channel uses", "energy", "outages"]
+    mech = head.index("digital.mechanism")
+    by_agg = {r[head.index("train.aggregation")] + r[mech]: r for r in body}
+    assert by_agg["ota–"][-3] == "16" and by_agg["digitalpbm"][-3] == "2e+05"
+    csv = CliRunner().invoke(cli, ["table", path, "--format", "csv"]).stdout.splitlines()
+    assert csv[0].endswith("channel_uses_per_round,energy_per_round,outages_per_round")
+
+
+def test_plot_digital_writes_the_figure(tmp_path):
+    path = _store(tmp_path / "r.sqlite")
+    out = tmp_path / "fig.png"
+    res = CliRunner().invoke(cli, ["plot-digital", path, "--out", str(out), "--no-curves"])
+    assert res.exit_code == 0, res.output
+    assert out.stat().st_size > 10_000
+    bad = CliRunner().invoke(cli, ["plot-digital", path, "--out", str(tmp_path / "fig.bmp"), "--no-curves"])
+    assert bad.exit_code == 2 and bad.output.startswith("error:")

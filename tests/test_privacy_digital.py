@@ -1,0 +1,187 @@
+"""The digital accountants against independent numerical references (docs/privacy.md#digital)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import logsumexp
+from scipy.stats import binom, skellam
+
+from otafl.privacy.accountants.digital_run import account_digital_run, mechanism_rdp
+from otafl.privacy.analysis.distributed import (
+    gaussian_conditional_epsilon,
+    gaussian_round_pld,
+    others_count_law,
+    participant_window,
+    rdp_to_epsilon,
+)
+from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
+from otafl.privacy.analysis.pbm import pbm_log_h, pbm_rdp
+from otafl.privacy.analysis.skellam import rounded_norm_bound, skellam_rdp
+from otafl.privacy.facts import DigitalMechanism, RoundFacts
+
+F64 = torch.float64
+
+
+def renyi(log_p: np.ndarray, log_q: np.ndarray, alpha: int) -> float:
+    """D_alpha(P || Q) = log sum P^alpha Q^(1 - alpha) / (alpha - 1), from log pmfs (the two
+    laws share their support; points where either underflows carry no mass)."""
+    keep = np.isfinite(log_p) & np.isfinite(log_q)
+    return float(logsumexp(alpha * log_p[keep] + (1 - alpha) * log_q[keep]) / (alpha - 1))
+
+
+@pytest.mark.parametrize("variance", [2.0, 10.0, 50.0])
+@pytest.mark.parametrize("shift", [[1], [3], [1, 1, 1, 1], [2, 1], [5, -2, 1]])
+def test_skellam_bound_is_above_the_exact_renyi_divergence_of_shifted_skellam_laws(variance, shift):
+    """Exact D_alpha of Sk(V) + v vs Sk(V) by scipy.stats.skellam (sum over coordinates)."""
+    x = np.arange(-200, 201)  # +-28 standard deviations at V = 50
+    log_q = skellam.logpmf(x, variance / 2, variance / 2)
+    orders = [2, 3, 4, 8, 16, 32]
+    v = np.asarray(shift)
+    bound = skellam_rdp(orders=orders, l2_sensitivity=float(np.linalg.norm(v)), l1_sensitivity=float(np.abs(v).sum()),
+                        variance=variance)
+    for i, a in enumerate(orders):
+        exact = sum(renyi(skellam.logpmf(x - vj, variance / 2, variance / 2), log_q, a) for vj in v)
+        assert exact <= float(bound[i]) * (1 + 1e-9), (a, exact, float(bound[i]))
+    # the bound is a close one: its Gaussian part alone is already within 2x of the truth at alpha = 2
+    exact2 = sum(renyi(skellam.logpmf(x - vj, variance / 2, variance / 2), log_q, 2) for vj in v)
+    assert float(bound[0]) <= 2.5 * exact2 + 1.0
+
+
+def _pb_log_pmf(coins) -> np.ndarray:
+    out = np.array([1.0])
+    for m, p in coins:
+        out = np.convolve(out, binom.pmf(np.arange(m + 1), m, p))
+    with np.errstate(divide="ignore"):
+        return np.log(out)
+
+
+@pytest.mark.parametrize("theta", [0.05, 0.25, 0.4])
+@pytest.mark.parametrize("trials,participants", [(1, 1), (1, 4), (3, 2), (2, 8), (1, 30)])
+def test_pbm_bound_is_above_the_exact_renyi_divergence_of_poisson_binomial_laws(theta, trials, participants):
+    """Exact D_alpha of the summed counts by convolving Binomial pmfs: user k's p moves by up to
+    2 theta, the others' p at the ends and the middle of [1/2 - theta, 1/2 + theta]."""
+    orders = [2, 3, 4, 8, 16, 32]
+    others_cases = [[0.5 - theta] * (participants - 1), [0.5 + theta] * (participants - 1),
+                    [0.5] * (participants - 1), [0.5 + theta * (-1) ** i for i in range(participants - 1)]]
+    worst = 0.0
+    for (u, v) in [(0.5 + theta, 0.5 - theta), (0.5 + theta, 0.5), (0.5, 0.5 - theta / 3)]:
+        delta = abs(u - v)
+        # one coordinate carrying the whole shift: ||x - x'|| / c = delta / theta
+        bound = pbm_rdp(orders=orders, participants=[participants], trials=trials, theta=theta,
+                        sensitivity=delta / theta, box=1.0)[0]
+        for others in others_cases:
+            coins = [(trials, q) for q in others]
+            log_p, log_q = _pb_log_pmf([(trials, u)] + coins), _pb_log_pmf([(trials, v)] + coins)
+            for i, a in enumerate(orders):
+                exact = renyi(log_p, log_q, a)
+                assert exact <= float(bound[i]), (a, u, v, others, exact, float(bound[i]))
+                worst = max(worst, exact / float(bound[i]))
+    assert worst > 0.2  # the reference is not trivially far below
+
+
+def test_pbm_bound_covers_two_coordinates_sharing_the_shift():
+    theta, trials, n = 0.25, 2, 3
+    others = [(trials, 0.5 - theta)] * (n - 1)
+    u, v = [0.5 + theta, 0.5 + theta / 2], [0.5 - theta / 2, 0.5 - theta]
+    delta = np.abs(np.subtract(u, v))
+    bound = pbm_rdp(orders=[2, 4, 8], participants=[n], trials=trials, theta=theta,
+                    sensitivity=float(np.linalg.norm(delta)) / theta, box=1.0)[0]
+    for i, a in enumerate([2, 4, 8]):
+        exact = sum(renyi(_pb_log_pmf([(trials, uj)] + others), _pb_log_pmf([(trials, vj)] + others), a)
+                    for uj, vj in zip(u, v))
+        assert exact <= float(bound[i])
+
+
+def test_pbm_noise_moments_fall_with_the_number_of_fair_coins():
+    """Step 3 of the PBM bound uses H_l(M) non-increasing in M (beyond the cap it reuses H_l(cap))."""
+    for theta in (0.05, 0.25, 0.45):
+        h = pbm_log_h(theta, 300, 64)[:, 2:]
+        assert bool((h[1:] <= h[:-1] + 1e-12).all())
+
+
+def test_the_gaussian_accountant_is_the_analytic_gaussian_mechanism_with_the_summed_variance():
+    K, sigma2, delta = 50, 0.3, 1e-5
+    facts = [RoundFacts(participation_prob=torch.ones(K, dtype=F64), noise_var=torch.full((K,), sigma2, dtype=F64),
+                        alignment_gain=math.inf, n0=0.0, sensitivity=2.0, dim=10, participants=K,
+                        digital=DigitalMechanism("gaussian", noise_var=sigma2, coordinates=10))]
+    res = account_digital_run(facts, delta_l=delta, delta_total=delta)
+    summed = float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=math.sqrt(K * sigma2), delta=delta))
+    own = float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=math.sqrt(sigma2), delta=delta))
+    assert res.epsilon_central == pytest.approx(summed, rel=1e-9)
+    assert res.epsilon_local_max == pytest.approx(own, rel=1e-9)
+    # one round composed by the (pessimistic) PLD: at or just above the analytic value
+    assert summed <= res.epsilon_central_total <= summed * 1.005
+    assert res.composition_central == "pld"
+
+
+def test_conditioning_on_the_count_law_lies_between_its_extremes():
+    p_max, pmf = others_count_law(torch.full((40,), 0.5, dtype=F64))
+    n, w, _ = participant_window(pmf)
+    s = torch.sqrt(n.to(F64) * 0.2)
+    eps = gaussian_conditional_epsilon(weights=w, noise_std=s, sensitivity=2.0, delta=1e-5)
+    lo = float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=math.sqrt(40 * 0.2), delta=1e-5))
+    hi = float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=math.sqrt(0.2), delta=1e-5))
+    assert p_max == 0.5 and lo < eps < hi
+    # non-uniform p: the worst user's others drop one maximal p
+    p_max, pmf = others_count_law(torch.tensor([0.9, 0.1, 0.1], dtype=F64))
+    assert p_max == 0.9 and torch.allclose(pmf, torch.tensor([0.81, 0.18, 0.01], dtype=F64))
+    # the mixture PLD of one round with p = 1 and one count is the Gaussian mechanism
+    pld = gaussian_round_pld(participation_prob=1.0, weights=[1.0], noise_std=[3.0], sensitivity=2.0)
+    assert pld.get_epsilon_for_delta(1e-5) == pytest.approx(
+        float(analytic_gaussian_epsilon(sensitivity=2.0, noise_std=3.0, delta=1e-5)), rel=1e-3)
+
+
+def test_renyi_conversion_matches_opacus():
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    orders = list(range(2, 40))
+    rdp = torch.tensor([a * 0.05 for a in orders], dtype=F64)
+    eps, order = rdp_to_epsilon(rdp, orders, 1e-5)
+    ref, ref_order = get_privacy_spent(orders=orders, rdp=rdp.numpy(), delta=1e-5)
+    assert eps == pytest.approx(float(ref), rel=1e-12) and order == ref_order
+
+
+@pytest.mark.parametrize("name", ["skellam", "pbm"])
+def test_digital_run_totals_grow_with_rounds_and_fall_with_noise(name):
+    K = 40
+
+    def run(T, **mech):
+        facts = [RoundFacts(participation_prob=torch.full((K,), 0.5, dtype=F64), noise_var=torch.zeros(K, dtype=F64),
+                            alignment_gain=math.inf, n0=0.0, sensitivity=2.0, dim=64, participants=20,
+                            digital=DigitalMechanism(name, coordinates=64, **mech)) for _ in range(T)]
+        return account_digital_run(facts, delta_l=1e-5)
+
+    if name == "skellam":
+        weak, strong = dict(noise_var=0.5, scale=100.0), dict(noise_var=2.0, scale=100.0)
+    else:
+        weak, strong = dict(box=0.5, theta=0.2, trials=4), dict(box=0.5, theta=0.1, trials=4)
+    one, ten = run(1, **weak), run(10, **weak)
+    assert 0 < one.epsilon_central_total < ten.epsilon_central_total < 10 * one.epsilon_central_total
+    assert run(10, **strong).epsilon_central_total < ten.epsilon_central_total
+    assert one.epsilon_local_max > one.epsilon_central  # one share protects less than the sum
+    assert one.composition_central == "rdp" and one.defined
+
+
+def test_the_rounding_norm_bounds_hold():
+    gen = torch.Generator().manual_seed(0)  # seed 0; 2000 rounded vectors
+    D, c = 256, 20.0
+    x = torch.randn(D, dtype=F64, generator=gen)
+    x = x / x.norm() * c
+    low = torch.floor(x)
+    draws = low + (torch.rand(2000, D, generator=gen, dtype=F64) < (x - low)).to(F64)
+    norms = draws.norm(dim=1)
+    assert float(norms.max()) <= rounded_norm_bound(norm=c, dim=D)  # deterministic
+    assert float(norms.max()) <= rounded_norm_bound(norm=c, dim=D, beta=1e-3)  # fails w.p. <= 1e-3 each
+    assert rounded_norm_bound(norm=c, dim=D, beta=1e-3) < rounded_norm_bound(norm=c, dim=D)
+
+
+def test_mechanism_rdp_skellam_approaches_the_gaussian_with_fine_quantisation():
+    n = torch.tensor([10])
+    gauss = mechanism_rdp(DigitalMechanism("gaussian", noise_var=1.0), n, sensitivity=2.0)
+    fine = mechanism_rdp(DigitalMechanism("skellam", noise_var=1.0, scale=1e4, coordinates=64), n, sensitivity=2.0)
+    assert torch.allclose(fine, gauss, rtol=0.02)
+    assert bool((fine >= gauss).all())
