@@ -63,21 +63,17 @@ def cli(threads: int, memory_limit: float | None) -> None:
         os.environ[MEMORY_ENV] = repr(memory_limit)
 
 
+#: Command name -> the module of otafl/cli that defines it (a function of the same name).
+COMMANDS = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
+            "plot": "plot", "audit": "audit", "plot-accountants": "accountants", "calibrate": "calibrate",
+            "plot-digital": "digital"}
+
+
 def _register() -> None:
-    # Each command lives in its own module; a missing optional module must not break the CLI.
     import importlib
 
-    commands = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
-                "plot": "plot", "audit": "audit", "plot-accountants": "accountants",
-                "calibrate": "calibrate", "plot-digital": "digital"}  # command -> module
-    for name, module in commands.items():
-        try:
-            mod = importlib.import_module(f"otafl.cli.{module}")
-        except ModuleNotFoundError as e:
-            if e.name == f"otafl.cli.{module}":
-                continue
-            raise
-        cli.add_command(getattr(mod, name.replace("-", "_")))
+    for name, module in COMMANDS.items():
+        cli.add_command(getattr(importlib.import_module(f"otafl.cli.{module}"), name.replace("-", "_")))
 
 
 _register()

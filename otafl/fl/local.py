@@ -36,7 +36,7 @@ from torch.nn import functional as F
 
 from otafl.data import gather_rows
 from otafl.errors import OtaflInputError
-from otafl.fl.grads import StackedGradients, supports_ghost
+from otafl.fl.grads import GRADIENT_METHODS, StackedGradients, supports_ghost
 
 __all__ = [
     "ALGORITHMS",
@@ -71,7 +71,6 @@ ALGORITHMS: dict[str, Algorithm] = {
 UPDATE_BOUND_FAILURE = 1e-12
 """Probability, per user and round, that the update exceeds the power-control bound B."""
 
-GRADIENT_METHODS = ("auto", "ghost", "vmap")
 
 
 # --------------------------------------------------------------------------- per-example clipping
