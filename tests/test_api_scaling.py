@@ -79,7 +79,7 @@ def test_exact_gets_the_coarse_grid_and_progress_counts_every_point():
     assert users["paper"] == log_users(100, 400, 7) and users["exact"] == [100, 200, 400]
     assert set(users["exact"]) <= set(users["paper"]) and out["meta"]["exact_points"] == 3
     assert len(out["rows"]) == 2 * 7 + 2 * 3
-    assert [c[0] for c in calls] == [7, 14, 15, 16, 17, 18, 19, 20] and {c[1] for c in calls} == {20}
+    assert [c[0] for c in calls] == [0, 7, 14, 15, 16, 17, 18, 19, 20] and {c[1] for c in calls} == {20}
     assert calls[-1][2] == "exact sqrt_p K=400"
 
 

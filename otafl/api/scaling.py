@@ -50,7 +50,7 @@ SLOW_ACCOUNTANTS = ("exact",)
 """Accountants evaluated one K at a time on the coarser ``exact_points`` grid."""
 
 Progress = Callable[[int, int, str], None]
-"""progress(steps_done_now, total_steps, label): called after each evaluation."""
+"""progress(steps_done_now, total_steps, label): called with 0 first, then after each evaluation."""
 
 
 def fit_loglog_slope(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, int]:
@@ -118,8 +118,8 @@ def scaling_curves(*, users: Sequence[float] | dict[str, Sequence[float]], p: fl
     dim : model dimension d (``exact`` depends on it), default :data:`PAPER_DIM`.
     n0 : receiver noise variance N0 >= 0 (0: no channel noise).
     snr_db : transmit SNR (sets the power budget, hence c; module docstring).
-    progress : called as ``progress(steps, total, label)`` after each evaluation (one step
-        per K and scheme).
+    progress : called as ``progress(steps, total, label)`` once before the first evaluation
+        (steps 0) and after each (one step per K and scheme).
 
     Returns
     -------
@@ -167,6 +167,9 @@ def scaling_curves(*, users: Sequence[float] | dict[str, Sequence[float]], p: fl
     kw = dict(noise_var=sigma2, sensitivity=2 * clip, alignment_gain=c, n0=n0, delta_l=delta_l,
               delta_prime=delta_prime, dim=int(dim))
     f64 = dict(dtype=torch.float64, device=device)
+
+    if progress is not None:
+        progress(0, total, "start")
 
     def prob(scheme: str, K: torch.Tensor) -> torch.Tensor:
         return torch.full_like(K, p) if scheme == "fixed_p" else a / torch.sqrt(K)
