@@ -22,7 +22,8 @@ channel noise.
 Cost: ``paper`` and ``tight`` are one batched call per scheme. ``exact`` is evaluated one
 K at a time (a progress step each): about 0.2-10 s a point on one CPU thread, most at
 large K with p = a K^{-1/2} (K = 10^6: ~0.3 s fixed p, ~8 s sqrt p), so by default it
-gets a coarser grid (``exact_points``).
+gets a coarser grid (``exact_points``). A small ``delta_l`` makes ``exact`` much slower
+(1e-10: minutes a point).
 """
 
 from __future__ import annotations

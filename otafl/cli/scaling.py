@@ -68,7 +68,8 @@ def scaling_table(result: dict) -> str:
 @click.option("--exact-points", "exact_points", type=int, default=21, show_default=True,
               help="K values for exact (log-spaced over the same range; at most --points). exact is integrated "
                    "one K at a time, ~0.2-10 s a point on one thread (K = 10^6: ~0.3 s fixed p, ~8 s "
-                   "p = a/sqrt(K)); 21 points over 10^2..10^6 take a few minutes.")
+                   "p = a/sqrt(K)); 21 points over 10^2..10^6 take ~4-5 min (paper alongside is instant). Much slower at "
+                   "small --delta-l (1e-10: minutes a point).")
 @accountant_option(default=("paper",), help="Accountant(s), repeatable or comma-separated (e.g. paper,tight,exact: "
                                             "one figure, one colour each).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
