@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from otafl.api.scaling import THEORY_SLOPES, fit_loglog_slope, log_users, scaling_curves, scaling_grid
+from otafl.api.scaling import (THEORY_SLOPES, _fit, alignment_gain, fit_loglog_slope, log_users, scaling_curves,
+                               scaling_grid)
 from otafl.errors import OtaflInputError
 from otafl.privacy.accountants import paper_round
 from otafl.report.text import scaling_text
@@ -53,6 +54,46 @@ def test_scaling_grid_rows_meta_and_text():
     assert len(lines) == 2 + 4 and "fixed p = 0.5" in lines[2] and "p = 5 K^-1/2" in lines[3]
 
 
+def test_half_range_slopes_of_a_power_law_equal_the_whole_range_slope():
+    x = log_users(100, 10000, 9)
+    fit = _fit(x, [2 * v**-0.6 for v in x])
+    assert fit["k_mid"] == pytest.approx(1000)
+    assert [fit["slope"], fit["slope_low"], fit["slope_high"]] == pytest.approx([-0.6] * 3, abs=1e-9)
+    bent = _fit(x, [v**-0.5 if v <= 1000 else 1000**0.25 * v**-0.75 for v in x])  # steepens after the midpoint
+    assert bent["slope_low"] == pytest.approx(-0.5) and bent["slope_high"] == pytest.approx(-0.75)
+
+
+def test_exact_slope_on_a_small_range_is_finite_and_negative_for_fixed_p():
+    out = scaling_curves(users=[100, 200, 400], accountants=["exact"], dim=7850)
+    fit = out["slopes"]["exact"]["fixed_p"]
+    assert fit["points"] == 3 and math.isfinite(fit["slope"]) and -1.5 < fit["slope"] < -0.2
+    eps = out["curves"]["exact"]["fixed_p"]
+    assert all(b < a for a, b in zip(eps, eps[1:])) and out["dim"] == 7850
+
+
+def test_exact_gets_the_coarse_grid_and_progress_counts_every_point():
+    calls = []
+    out = scaling_grid(k_min=100, k_max=400, points=7, exact_points=3, accountants=["paper", "exact"],
+                       progress=lambda done, total, label: calls.append((done, total, label)))
+    users = out["meta"]["users_of"]
+    assert users["paper"] == log_users(100, 400, 7) and users["exact"] == [100, 200, 400]
+    assert set(users["exact"]) <= set(users["paper"]) and out["meta"]["exact_points"] == 3
+    assert len(out["rows"]) == 2 * 7 + 2 * 3
+    assert [c[0] for c in calls] == [0, 7, 14, 15, 16, 17, 18, 19, 20] and {c[1] for c in calls} == {20}
+    assert calls[-1][2] == "exact sqrt_p K=400"
+
+
+def test_channel_noise_enters_tight_but_not_paper():
+    kw = dict(users=[100, 1000], accountants=["paper", "tight"], sigma2=10.0)
+    quiet, noisy = scaling_curves(n0=0.0, **kw), scaling_curves(n0=1.0, snr_db=10.0, **kw)
+    assert quiet["channel_noise_var"] == 0.0
+    assert noisy["channel_noise_var"] == pytest.approx(1.0, rel=1e-3)  # ~ sigma2 / SNR = 10 / 10
+    assert noisy["alignment_gain"] == pytest.approx(alignment_gain(snr_db=10.0, n0=1.0, clip=1.0, sigma2=10.0,
+                                                                   dim=7850))
+    assert noisy["curves"]["paper"] == quiet["curves"]["paper"]
+    assert all(b < a for a, b in zip(quiet["curves"]["tight"]["fixed_p"], noisy["curves"]["tight"]["fixed_p"]))
+
+
 @pytest.mark.parametrize("kw,needle", [
     ({"accountants": []}, "^no accountant given$"),
     ({"a": 20.0}, "a = 20.0"),
@@ -61,6 +102,10 @@ def test_scaling_grid_rows_meta_and_text():
     ({"k_max": 50}, "k_max"),
     ({"points": 1}, "points"),
     ({"delta_l": 2.0}, "delta_l"),
+    ({"dim": 0}, "dim"),
+    ({"n0": -1.0}, "n0"),
+    ({"exact_points": 1}, "exact_points"),
+    ({"snr_db": math.inf}, "snr_db"),
 ])
 def test_bad_input_raises_an_input_error(kw, needle):
     with pytest.raises(OtaflInputError, match=needle):

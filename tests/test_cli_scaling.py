@@ -60,6 +60,48 @@ def test_csv_has_one_line_per_k_and_scheme():
     assert lines[0] == "users,accountant,scheme,p,epsilon_central" and len(lines) == 1 + 2 * 5
 
 
+def test_table_has_one_slope_row_per_accountant_and_scheme():
+    res = run("--k-min", "100", "--k-max", "400", "--points", "5", "--exact-points", "3",
+              "--accountant", "paper,tight,exact")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    header = ["accountant", "scheme", "fitted_slope", "theory_slope", "finite_points"]
+    assert lines[1].split() == header
+    end = next(i for i in range(2, len(lines)) if lines[i].split()[0] == "accountant")
+    assert [line.split()[0] for line in lines[2:end]] == ["paper", "paper", "tight", "tight", "exact", "exact"]
+    schemes = [re.search(r"(fixed p = 0\.5|p = 5 K\^-1/2)", line).group(1) for line in lines[2:end]]
+    assert schemes == ["fixed p = 0.5", "p = 5 K^-1/2"] * 3
+    points = [int(line.split()[-1]) for line in lines[2:end]]
+    assert points == [5, 5, 5, 5, 3, 3]
+    assert all(float(line.split()[-3]) < 0 for line in lines[2:end])
+    # the half-range table: again one row per accountant and scheme
+    assert lines[end].split()[2:] == ["K_lower_half", "slope_lower", "K_upper_half", "slope_upper"]
+    assert [line.split()[0] for line in lines[end + 1:end + 7]] == ["paper", "paper", "tight", "tight", "exact",
+                                                                    "exact"]
+    assert lines[-1].startswith("d = 7850, N0 = 1, SNR = 10 dB") and lines[-1].endswith("exact 3")
+
+
+def test_without_out_no_file_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run("--points", "5")
+    assert res.exit_code == 0, res.output
+    assert list(tmp_path.rglob("*")) == [] and "figure ->" not in res.output
+    assert res.stderr == ""  # no progress bar: stderr is not a terminal
+
+
+def test_quiet_and_no_plot_with_out_write_nothing(tmp_path):
+    out = tmp_path / "f.png"
+    res = run("--points", "5", "--out", str(out), "--no-plot", "--quiet")
+    assert res.exit_code == 0 and res.stderr == "" and not out.exists()
+
+
+def test_empty_accountant_exits_2_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run("--accountant", "")
+    assert res.exit_code == 2 and res.stderr == "error: no accountant given\n" and res.stdout == ""
+    assert list(tmp_path.rglob("*")) == []
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--a", "20"], "a = 20.0"),
     (["--p", "0"], "p = 0.0"),
@@ -70,6 +112,9 @@ def test_csv_has_one_line_per_k_and_scheme():
     (["--delta-l", "2"], "delta_l"),
     (["--k-max", "50"], "k_max"),
     (["--points", "1"], "points"),
+    (["--exact-points", "1"], "exact_points"),
+    (["--dim", "0"], "dim"),
+    (["--n0", "-1"], "n0"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     res = run(*args, "--no-plot")

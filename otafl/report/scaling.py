@@ -1,7 +1,9 @@
 """The scaling figure: central leakage vs K on log-log axes, with the fitted slopes.
 
 The curves and the fit come from :func:`otafl.api.scaling.scaling_curves` (or the
-``curves`` of :func:`otafl.api.scaling.scaling_grid`); :func:`plot_scaling` draws them.
+``curves`` of :func:`otafl.api.scaling.scaling_grid`); :func:`plot_scaling` draws them:
+one colour per accountant, solid for a fixed p, dashed for p = a K^{-1/2}, the fitted
+slopes in the legend, and the theory slopes -1/2 and -3/4 as thin grey reference lines.
 """
 
 from __future__ import annotations
@@ -11,40 +13,57 @@ from pathlib import Path
 
 import numpy as np
 
-from otafl.api.scaling import THEORY_SLOPES
+from otafl.api.scaling import SCHEMES, THEORY_SLOPES
 
 __all__ = ["plot_scaling"]
 
+_STYLE = {"fixed_p": ("-", "o"), "sqrt_p": ("--", "s")}
+_COLORS = {"paper": "tab:blue", "tight": "tab:green", "exact": "tab:red"}
+
 
 def plot_scaling(curves: dict, path: str | Path) -> Path:
-    """Log-log figure of :func:`scaling_curves`: points, fitted lines and their slopes."""
+    """Log-log figure of :func:`scaling_curves`: each accountant's two curves and their slopes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    K = np.asarray(curves["users"], dtype=float)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    styles = {"fixed_p": ("o", f"fixed p = {curves['p']:g}"),
-              "sqrt_p": ("s", f"p = {curves['a']:g} K$^{{-1/2}}$")}
-    colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"])
+    fig, ax = plt.subplots(figsize=(7.2, 5.0))
+    labels = {"fixed_p": f"fixed p = {curves['p']:g}", "sqrt_p": f"p = {curves['a']:g} K$^{{-1/2}}$"}
+    spare = iter(c for c in plt.rcParams["axes.prop_cycle"].by_key()["color"] if c not in _COLORS.values())
+    anchors: dict[str, tuple[float, float]] = {}
+    k_all = np.asarray(curves["users"], dtype=float)
     for name, by_scheme in curves["curves"].items():
-        for scheme, eps in by_scheme.items():
-            marker, label = styles[scheme]
-            color = next(colors)
-            eps = np.asarray(eps, dtype=float)
+        color = _COLORS.get(name) or next(spare, "black")
+        K = np.asarray(curves.get("users_of", {}).get(name, curves["users"]), dtype=float)
+        for scheme in SCHEMES:
+            eps = np.asarray(by_scheme[scheme], dtype=float)
             ok = np.isfinite(eps) & (eps > 0)
             fit = curves["slopes"][name][scheme]
-            ax.loglog(K[ok], eps[ok], marker, ms=3.5, color=color, alpha=0.8,
-                      label=f"{name}, {label}: slope {fit['slope']:.3f} (theory {THEORY_SLOPES[scheme]:g})")
-            if math.isfinite(fit["slope"]):
-                ax.loglog(K, np.exp(fit["intercept"]) * K ** fit["slope"], "-", color=color, lw=1.0)
+            line, marker = _STYLE[scheme]
+            slope = f"{fit['slope']:.3f}" if math.isfinite(fit["slope"]) else "n/a"
+            ax.loglog(K[ok], eps[ok], line, marker=marker, ms=3.0, lw=1.4, color=color,
+                      label=f"{name}, {labels[scheme]}: slope {slope}")
+            if ok.any():
+                i = int(np.argmax(ok))
+                if K[i] < anchors.get(scheme, (math.inf, 0.0))[0] or (
+                        K[i] == anchors[scheme][0] and eps[i] > anchors[scheme][1]):
+                    anchors[scheme] = (K[i], eps[i])
+    for scheme in SCHEMES:  # theory slopes from 1.5x the highest curve's first point, clear of the curves
+        if scheme in anchors:
+            k0, e0 = anchors[scheme][0], 1.5 * anchors[scheme][1]
+            theory = THEORY_SLOPES[scheme]
+            ax.loglog(k_all, e0 * (k_all / k0) ** theory, _STYLE[scheme][0], color="0.55", lw=0.7,
+                      label=f"theory slope {theory:g} ({labels[scheme]})")
     ax.set_xlabel("number of users K")
     ax.set_ylabel(r"central leakage $\epsilon_c$ per round")
+    extra = ""
+    if "dim" in curves:
+        extra = rf", d = {curves['dim']}, $N_0$ = {curves['n0']:g}"
     ax.set_title(rf"$\sigma^2$ = {curves['sigma2']:g}, L = {curves['clip']:g}, "
-                 rf"$\delta_\ell$ = {curves['delta_l']:g}, $\delta'$ = {curves['delta_prime']}", fontsize=10)
+                 rf"$\delta_\ell$ = {curves['delta_l']:g}, $\delta'$ = {curves['delta_prime']}{extra}", fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=7.5, loc="lower left")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
