@@ -85,3 +85,39 @@ def test_audit_text_is_one_line_per_row_and_a_footer():
 def test_bad_input_raises_an_input_error(kw, needle):
     with pytest.raises(OtaflInputError, match=needle):
         audit_grid(**{**SMALL, **kw})
+
+
+def test_progress_follows_the_batches_and_ends_at_the_total(monkeypatch):
+    import otafl.api.audit as audit_module
+
+    calls = []
+    monkeypatch.setattr(audit_module, "AUDIT_BATCH", 5000)  # 20000 draws: 4 batches a row
+    out = audit_grid(**{**SMALL, "samples": 20000}, rounds=2, scope="both",
+                     progress=lambda done, total: calls.append((done, total)))
+    total = calls[-1][1]
+    # bounds: 1 point x (paper, tight) + exact (1 + 2 scopes of totals); draws: 2 scopes x 4 batches x (1 + 2)
+    assert total == 2 + 3 + 2 * 4 * 3 and calls[0] == (0, total) and calls[-1] == (total, total)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert len(out["rows"]) == 2 * 2 * 3
+
+
+def test_batched_draws_are_the_stream_of_one_call():
+    import torch
+
+    from otafl.api.audit import AUDIT_BATCH, _audit_batches
+    from otafl.privacy.analysis.count_law import binomial_count_law
+    from otafl.privacy.analysis.ota_round import RoundSpec
+    from otafl.privacy.audit import audit_round
+    from otafl.progress import Tally
+
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    spec = RoundSpec(participation_prob=one(0.5), own_noise_var=one(0.5), others_noise_var=one(0.5),
+                     channel_noise_var=one(0.1), half_sensitivity=one(1.0),
+                     law=binomial_count_law(one(0.5), 29, tail_mass=1e-12, block_rel_width=0.0), dim=20)
+    eps = torch.tensor([0.5, 2.0, math.inf], dtype=torch.float64)
+    samples = 2 * AUDIT_BATCH + 123
+    ref = audit_round(spec, eps, samples=samples, generator=torch.Generator().manual_seed(3))
+    delta, lower, upper, hits = _audit_batches(spec, eps, samples=samples, generator=torch.Generator().manual_seed(3),
+                                               rounds=1, adversary="hidden", confidence=0.95, tally=Tally(None, 3))
+    assert torch.equal(hits, ref.hits) and torch.equal(lower, ref.lower) and torch.equal(upper, ref.upper)
+    assert delta.tolist() == pytest.approx(ref.delta.tolist(), rel=1e-12)

@@ -139,3 +139,78 @@ def test_bound_text_puts_the_accountants_side_by_side_with_the_legend():
                                 "tight:eps_central", "tight:eps_central_total"]
     assert lines[2].split()[7] == fmt_number(out["rows"][1]["epsilon_central"]) + "!"
     assert any(line.startswith("! paper's classic Gaussian step") for line in lines)
+
+
+def _calls():
+    calls = []
+    return calls, lambda done, total: calls.append((done, total))
+
+
+def test_progress_goes_from_zero_to_the_total_once_per_chunk(monkeypatch):
+    import otafl.api.bound as bound_module
+
+    monkeypatch.setattr(bound_module, "CHUNK_ELEMENTS", 2)
+    calls, progress = _calls()
+    bound_grid(**GRID, accountants=["paper", "tight"], progress=progress)
+    total = 3 * 2  # points x accountants
+    assert calls[0] == (0, total) and calls[-1] == (total, total)
+    done = [d for d, t in calls]
+    assert done == sorted(done) and len(calls) >= 4 and {t for _, t in calls} == {total}
+
+
+def test_chunked_evaluation_gives_the_rows_of_one_chunk(monkeypatch, tmp_path):
+    import otafl.api.bound as bound_module
+
+    preset = tmp_path / "two.toml"
+    preset.write_text(TWO_GROUPS)
+    cases = [dict(users=[20, 200], p=[0.02, 0.5], sigma2=[0.1, 1.0], clip=[1.0], snr_db=[0.0, 20.0],
+                  accountants=["paper", "tight"], rounds=4),
+             dict(users=[30], p=[0.5], sigma2=[0.5], clip=[1.0], snr_db=[10.0], dim=20, accountants=["exact"]),
+             dict(channel=str(preset), users=[], snr_db=[], p=[0.3, 0.7], sigma2=[0.2], clip=[1.0], rounds=6,
+                  seed=2, accountants=["paper", "tight"])]
+    whole = [bound_grid(**kw) for kw in cases]
+    monkeypatch.setattr(bound_module, "CHUNK_ELEMENTS", 5)
+    monkeypatch.setattr(bound_module, "SLOW_PIECE", {"exact": 1, "paper": 2})
+    for kw, ref in zip(cases, whole):
+        out = bound_grid(**kw)
+        assert out["meta"] == ref["meta"]
+        for a, b in zip(out["rows"], ref["rows"], strict=True):
+            assert a.keys() == b.keys()
+            for key in a:
+                assert a[key] == (pytest.approx(b[key], rel=1e-12) if isinstance(b[key], float) and
+                                  math.isfinite(b[key]) else b[key]), key
+
+
+def test_channel_without_rounds_draws_the_default_rounds_and_reports_the_worst(monkeypatch, tmp_path):
+    import otafl.api.bound as bound_module
+
+    preset = tmp_path / "two.toml"
+    preset.write_text(TWO_GROUPS)
+    monkeypatch.setattr(bound_module, "DEFAULT_CHANNEL_ROUNDS", 40)
+    kw = dict(channel=str(preset), users=[], snr_db=[], p=[0.3, 0.9], sigma2=[0.05, 0.2], clip=[1.0], seed=5,
+              dim=300, accountants=["paper", "tight"])
+    worst = bound_grid(**kw)
+    every = bound_grid(**kw, rounds=40)  # the same 40 rounds, each one evaluated
+    info = worst["meta"]["channel"]
+    assert info["fading_rounds"] == 40 and info["evaluated_rounds"] == 1 and worst["meta"]["rounds"] is None
+    assert every["meta"]["channel"]["evaluated_rounds"] == 40 and every["meta"]["channel"]["worst_round"] is None
+    floor, _ = channel_gain_floor(str(preset), rounds=40, dim=300, seed=5)
+    assert info["worst_round"] == int(torch.argmax(floor))
+    for a, b in zip(worst["rows"], every["rows"], strict=True):
+        assert "epsilon_central_total" not in a
+        # the round of the largest gain dominates: its bound is the maximum over the rounds
+        for key in ("epsilon_local", "epsilon_central", "delta_local", "delta_central", "classic_valid",
+                    "classic_valid_local", "reason", "alignment_gain", "channel_noise_var"):
+            assert a[key] == pytest.approx(b[key], rel=1e-12), key
+
+
+def test_memory_guard_counts_the_rows_and_one_chunk(monkeypatch):
+    from otafl.limits import MEMORY_ENV
+
+    monkeypatch.setenv(MEMORY_ENV, str(10 / 1024))  # 10 MiB
+    few = dict(users=[200], p=[0.5], sigma2=[0.1], clip=[1.0], snr_db=[10.0], accountants=["paper"])
+    assert len(bound_grid(**{**few, "p": [0.01 * i for i in range(1, 101)]})["rows"]) == 100
+    with pytest.raises(OtaflInputError, match="memory limit"):  # 20000 rows of ~1 KB
+        bound_grid(**{**few, "p": [(i + 1) / 20000 for i in range(20000)]})
+    with pytest.raises(OtaflInputError, match="memory limit"):  # one point, a rounds axis of 10^6
+        bound_grid(**few, rounds=10**6)

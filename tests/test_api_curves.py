@@ -40,3 +40,9 @@ def test_bad_input_raises_an_input_error():
         accountant_curves(p=[0.5, 1.5])
     with pytest.raises(OtaflInputError, match="dim"):
         accountant_curves(dim=0)
+
+
+def test_progress_counts_the_points_of_exact():
+    calls = []
+    accountant_curves(p=[0.5, 0.9], users=30, dim=20, progress=lambda done, total: calls.append((done, total)))
+    assert calls[0] == (0, 2) and calls[-1] == (2, 2)

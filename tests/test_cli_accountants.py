@@ -40,3 +40,9 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     res = run("--out", str(tmp_path / "a.png"), "--p", "0.5,1.5")
     assert res.exit_code == 2 and res.stderr.startswith("error:") and res.stderr.count("\n") == 1
     assert "p = 1.5" in res.stderr and not (tmp_path / "a.png").exists()
+
+
+def test_quiet_prints_nothing_on_stderr(tmp_path):
+    res = run("--out", str(tmp_path / "a.png"), "--p", "0.5", "--quiet", "--format", "csv")
+    assert res.exit_code == 0, res.output
+    assert res.stderr == "" and res.stdout.splitlines()[0] == "p,accountant,epsilon_central,delta_central"

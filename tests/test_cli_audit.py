@@ -70,3 +70,18 @@ def test_no_accountant_exits_2_with_one_line():
                 continue
             assert result.exit_code == 2, (value, fmt, result.output)
             assert result.stderr == "error: no accountant given\n" and result.stdout == ""
+
+
+def test_quiet_prints_nothing_on_stderr_and_the_output_is_unchanged():
+    runner = CliRunner()
+    loud = runner.invoke(cli, SMALL + ["--accountant", "tight", "--format", "csv"])
+    quiet = runner.invoke(cli, SMALL + ["--accountant", "tight", "--format", "csv", "--quiet"])
+    assert loud.exit_code == quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == loud.stderr == "" and quiet.stdout == loud.stdout
+
+
+def test_every_accountant_is_audited_by_default():
+    from otafl.api.audit import DEFAULT_ACCOUNTANTS
+
+    assert DEFAULT_ACCOUNTANTS == ("paper", "tight", "exact")
+    assert "all three" in [p for p in cli.commands["audit"].params if p.name == "accountant"][0].help

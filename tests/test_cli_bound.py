@@ -68,7 +68,7 @@ def test_comma_list_and_repeated_accountant_options_agree():
 
 def test_grid_is_the_product_of_the_lists_and_alignment_gain_follows_the_power_budget():
     res = run("--users", "50,100", "--p", "0.5", "--sigma2", "0.1,1", "--clip", "1,0.1", "--snr-db", "0,20",
-              "--n0", "2", "--dim", "100", "--format", "json", "--device", "cpu")
+              "--n0", "2", "--dim", "100", "--format", "json", "--device", "cpu", "--accountant", "paper")
     assert res.exit_code == 0, res.output
     rows = strict_json(res.output)["rows"]
     assert len(rows) == 16
@@ -89,7 +89,8 @@ def test_rounds_add_totals_between_the_worst_round_and_basic_composition():
 
 
 def test_undefined_points_are_the_string_inf_in_json_with_a_reason():
-    res = run("--users", "200", "--p", "0.02,0.5", "--rounds", "3", "--format", "json", "--device", "cpu")
+    res = run("--users", "200", "--p", "0.02,0.5", "--rounds", "3", "--format", "json", "--device", "cpu",
+              "--accountant", "paper")
     assert res.exit_code == 0, res.output
     out = strict_json(res.output)
     rows = out["rows"]
@@ -99,7 +100,8 @@ def test_undefined_points_are_the_string_inf_in_json_with_a_reason():
     assert out["meta"]["non_finite"].startswith('JSON writes non-finite numbers as the strings "inf"')
     # the run store's reader turns them back into floats
     assert unjson(rows[0])["epsilon_central"] == math.inf
-    csv_line = run("--users", "200", "--p", "0.02", "--format", "csv", "--device", "cpu").output.splitlines()[1]
+    csv_line = run("--users", "200", "--p", "0.02", "--format", "csv", "--device", "cpu",
+                   "--accountant", "paper").output.splitlines()[1]
     assert ",inf," in csv_line
 
 
@@ -123,8 +125,43 @@ def test_channel_preset_draws_fading_reproducibly():
     assert row["users"] == 200 and row["snr_db"] is None and out["meta"]["channel"]["fading"] == "ar-rician"
     # The min over 200 users of a fading channel is far below the h = 1 gain at 2 dB.
     flat = strict_json(run("--users", "200", "--p", "0.5", "--sigma2", "0.1", "--snr-db", "2", "--format", "json",
-                           "--device", "cpu").output)["rows"][0]
+                           "--device", "cpu", "--accountant", "tight").output)["rows"][0]
     assert 0 < row["alignment_gain"] < flat["alignment_gain"]
+
+
+def test_exact_is_the_default_accountant_and_quiet_prints_nothing_on_stderr():
+    for extra in ([], ["--quiet"]):  # stderr is not a terminal here: no bar either way
+        res = run("--p", "0.5", "--format", "json", "--device", "cpu", *extra)
+        assert res.exit_code == 0, res.output
+        assert res.stderr == ""
+        out = strict_json(res.stdout)
+        assert out["meta"]["accountants"] == ["exact"] and out["rows"][0]["accountant"] == "exact"
+
+
+def test_channel_without_rounds_takes_the_worst_of_1000_rounds_stable_across_seeds():
+    # One fading draw gave local epsilons 10x apart between seeds; the worst of 1000 rounds does not.
+    rows = []
+    for seed in range(4):
+        res = run("--channel", "paper-three-groups", "--p", "0.5", "--sigma2", "0.1", "--seed", str(seed),
+                  "--format", "json", "--device", "cpu", "--quiet")
+        assert res.exit_code == 0, res.output
+        out = strict_json(res.stdout)
+        assert out["meta"]["rounds"] is None and out["meta"]["channel"]["fading_rounds"] == 1000
+        assert "1000 rounds" in out["meta"]["alignment"] and "epsilon_central_total" not in out["rows"][0]
+        rows.append(out["rows"][0])
+    assert all(r["accountant"] == "exact" for r in rows)
+    for key in ("epsilon_local", "epsilon_central"):
+        values = [r[key] for r in rows]
+        assert max(values) < 1.1 * min(values), (key, values)
+
+
+def test_channel_with_rounds_draws_exactly_t_rounds():
+    res = run("--channel", "paper-three-groups", "--p", "0.5", "--rounds", "7", "--accountant", "tight",
+              "--format", "json", "--device", "cpu")
+    assert res.exit_code == 0, res.output
+    out = strict_json(res.stdout)
+    assert out["meta"]["channel"]["fading_rounds"] == out["meta"]["channel"]["evaluated_rounds"] == 7
+    assert out["rows"][0]["rounds"] == 7 and "epsilon_central_total" in out["rows"][0]
 
 
 TWO_GROUPS = """\

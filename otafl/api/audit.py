@@ -12,6 +12,10 @@ default ``hidden`` adversary is the real threat model (it knows the law of the
 participant count, not the count); ``others`` and ``total`` also know the number of
 other / of all participants, which is what each of ``exact``'s two conditional bounds
 charges.
+
+The draws of a row are taken in batches of :data:`AUDIT_BATCH` (the same stream as one
+call of :func:`otafl.privacy.audit.audit_round`), so that a ``progress`` callback can
+follow them.
 """
 
 from __future__ import annotations
@@ -26,15 +30,21 @@ from otafl.api.bound import bound_grid
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
 from otafl.errors import OtaflInputError, check_range
-from otafl.privacy.audit import ADVERSARIES, audit_round
+from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
 from otafl.privacy.accountants import compose_exact, exact_round
 from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec
+from otafl.progress import Progress, Tally
 
-__all__ = ["DEFAULT_ACCOUNTANTS", "SCOPES", "audit_grid"]
+__all__ = ["AUDIT_BATCH", "DEFAULT_ACCOUNTANTS", "SCOPES", "audit_grid"]
 
 DEFAULT_ACCOUNTANTS = ("paper", "tight", "exact")
+"""All three: the audit is there to compare them."""
 SCOPES = ("central", "local", "both")
+AUDIT_BATCH = 1 << 16
+"""Monte Carlo draws per call of ``audit_round`` (its chunk: the stream is that of one call)."""
+EXACT_PIECE = 16
+"""Grid points per call of ``exact_round``."""
 
 
 def _uniform_facts(users: int, p: float, sigma2: float, c: float, n0: float, sensitivity: float,
@@ -47,12 +57,30 @@ def _uniform_facts(users: int, p: float, sigma2: float, c: float, n0: float, sen
                       sensitivity=sensitivity, dim=dim, participants=0)
 
 
+def _audit_batches(spec: RoundSpec, eps: torch.Tensor, *, samples: int, generator: torch.Generator, rounds: int,
+                   adversary: str, confidence: float, tally: Tally):
+    """``audit_round`` in batches of :data:`AUDIT_BATCH` draws (``rounds`` units each on
+    ``tally``): (delta, lower, upper, hits), as one call gives them."""
+    done, hits, total_y = 0, None, None
+    while done < samples:
+        size = min(AUDIT_BATCH, samples - done)
+        res = audit_round(spec, eps, samples=size, generator=generator, rounds=rounds, adversary=adversary,
+                          confidence=confidence)
+        hits = res.hits if hits is None else hits + res.hits
+        total_y = res.delta * size if total_y is None else total_y + res.delta * size
+        done += size
+        tally.advance(rounds)
+    lower, upper = clopper_pearson(hits, samples, confidence)
+    return total_y / samples, lower, upper, hits
+
+
 def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[float],
                clip: Sequence[float], snr_db: Sequence[float], accountants: Sequence[str] = DEFAULT_ACCOUNTANTS,
                samples: int, seed: int = 0, delta_l: float = 1e-5, delta_prime: float | str = "auto",
                n0: float = 1.0, dim: int = PAPER_DIM, rounds: int | None = None, scope: str = "central",
                adversary: str = "hidden", confidence: float = 0.95,
-               device: str | torch.device = "cpu", max_draws: int = DEFAULT_MAX_DRAWS) -> dict[str, Any]:
+               device: str | torch.device = "cpu", max_draws: int = DEFAULT_MAX_DRAWS,
+               progress: Progress | None = None) -> dict[str, Any]:
     """Accountants' bounds and the Monte Carlo audit on the product grid.
 
     Parameters
@@ -68,6 +96,9 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     adversary : ``hidden``, ``others`` or ``total`` (:data:`otafl.privacy.audit.ADVERSARIES`).
     confidence : level of the two-sided Clopper-Pearson interval, in (0, 1).
     max_draws : refuse (before drawing) an audit of more draws in all than this.
+    progress : called with (done, total) as the work goes, ending with (total, total). The
+        units: one per grid point and accountant for the bounds (and per scope for
+        ``exact``'s totals), then ``rounds`` per batch of :data:`AUDIT_BATCH` draws.
 
     Returns
     -------
@@ -93,13 +124,21 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                               f"{{{', '.join(ADVERSARIES)}}}")
     check_range("confidence", confidence, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     device = torch.device(device)
+    scopes = ["central", "local"] if scope == "both" else [scope]
+    horizons = [1] + ([rounds] if rounds is not None else [])
+    batches = -(-samples // AUDIT_BATCH)
+    has_exact = "exact" in accountants
     # ``exact`` is computed here (conditional bounds and its own composition), the rest by bound_grid.
     via_bound = [a for a in accountants if a != "exact"]
+    G = grid_points
+    tally = Tally(progress, G * len(via_bound or ["paper"])
+                  + (G * (1 + (rounds is not None) * (1 + (scope != "central"))) if has_exact else 0)
+                  + G * len(scopes) * batches * sum(horizons))
     base = bound_grid(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db,
                       accountants=via_bound or ["paper"], delta_l=delta_l, delta_prime=delta_prime,
-                      n0=n0, dim=dim, rounds=rounds, device=device)
+                      n0=n0, dim=dim, rounds=rounds, device=device,
+                      progress=tally.part(G * len(via_bound or ["paper"])))
     points = list(itertools.product(users, p, sigma2, clip, snr_db))
-    G = len(points)
     by_point: dict[int, dict[str, dict]] = {i: {} for i in range(G)}
     per_acc = {}
     for row in base["rows"]:
@@ -110,18 +149,22 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     first = per_acc[via_bound[0] if via_bound else "paper"]
     c = [row["alignment_gain"] for row in first]
     chan = [row["channel_noise_var"] for row in first]
-    if "exact" in accountants:
+    if has_exact:
         f64 = dict(dtype=torch.float64, device=device)
-        K = torch.tensor([float(pt[0]) for pt in points], **f64)
-        ex = exact_round(participation_prob=torch.tensor([pt[1] for pt in points], **f64), users=K,
-                         noise_var=torch.tensor([pt[2] for pt in points], **f64),
-                         alignment_gain=torch.tensor(c, **f64), n0=n0,
-                         sensitivity=torch.tensor([2.0 * pt[3] for pt in points], **f64),
-                         delta_l=delta_l, dim=dim)
+        ex = {k: [] for k in ("epsilon_central", "delta_central", "epsilon_local", "delta_local")}
+        for lo in range(0, G, EXACT_PIECE):
+            piece = points[lo:lo + EXACT_PIECE]
+            res = exact_round(participation_prob=torch.tensor([pt[1] for pt in piece], **f64),
+                              users=torch.tensor([float(pt[0]) for pt in piece], **f64),
+                              noise_var=torch.tensor([pt[2] for pt in piece], **f64),
+                              alignment_gain=torch.tensor(c[lo:lo + EXACT_PIECE], **f64), n0=n0,
+                              sensitivity=torch.tensor([2.0 * pt[3] for pt in piece], **f64),
+                              delta_l=delta_l, dim=dim)
+            for k in ex:
+                ex[k] += torch.broadcast_to(getattr(res, k), (len(piece),)).tolist()
+            tally.advance(len(piece))
         for i in range(G):
-            row = {"epsilon_central": float(ex.epsilon_central[i]),
-                   "delta_central": float(ex.delta_central[i]),
-                   "epsilon_local": float(ex.epsilon_local[i]), "delta_local": float(ex.delta_local[i])}
+            row = {k: ex[k][i] for k in ex}
             if rounds is not None:
                 u, pv, sv, lv, _ = points[i]
                 facts = _uniform_facts(int(u), pv, sv, c[i], n0, 2.0 * lv, dim, device)
@@ -129,14 +172,14 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 target_l = by_point[i][via_bound[0]]["delta_local_total"] if via_bound else delta_l
                 tot_c = compose_exact(facts, delta_target=target, rounds=rounds, kind="central")
                 row.update(epsilon_central_total=tot_c["epsilon"], delta_central_total=target)
+                tally.advance(1)
                 if scope != "central":
                     tot_l = compose_exact(facts, delta_target=target_l, rounds=rounds, kind="local")
                     row.update(epsilon_local_total=tot_l["epsilon"], delta_local_total=target_l)
+                    tally.advance(1)
             by_point[i]["exact"] = row
 
     gen = torch.Generator(device=device).manual_seed(int(seed))
-    scopes = ["central", "local"] if scope == "both" else [scope]
-    horizons = [1] + ([rounds] if rounds is not None else [])
     out_rows = []
     for i, (u, pv, sv, lv, snr) in enumerate(points):
         one = lambda v: torch.tensor([float(v)], dtype=torch.float64, device=device)  # noqa: E731
@@ -153,18 +196,20 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 suffix = "" if T == 1 else "_total"
                 eps = [by_point[i][a].get(f"epsilon_{sc}{suffix}", math.inf) for a in names]
                 dels = [by_point[i][a].get(f"delta_{sc}{suffix}", math.nan) for a in names]
-                res = audit_round(spec, torch.tensor(eps, dtype=torch.float64), samples=samples,
-                                  generator=gen, rounds=T, adversary=adversary, confidence=confidence)
+                delta, lower, upper, hits = _audit_batches(
+                    spec, torch.tensor(eps, dtype=torch.float64), samples=samples, generator=gen, rounds=T,
+                    adversary=adversary, confidence=confidence, tally=tally)
                 for j, name in enumerate(names):
                     finite = math.isfinite(eps[j])
-                    verdict = "inf" if not finite else ("ok" if dels[j] >= float(res.lower[j]) else "below")
+                    verdict = "inf" if not finite else ("ok" if dels[j] >= float(lower[j]) else "below")
                     out_rows.append({
                         "users": int(u), "p": pv, "sigma2": sv, "clip": lv, "snr_db": snr, "scope": sc,
                         "rounds": T, "accountant": name, "epsilon": eps[j], "delta": dels[j],
-                        "audit_delta": float(res.delta[j]) if finite else None,
-                        "audit_lower": float(res.lower[j]) if finite else None,
-                        "audit_upper": float(res.upper[j]) if finite else None,
-                        "hits": int(res.hits[j]), "verdict": verdict})
+                        "audit_delta": float(delta[j]) if finite else None,
+                        "audit_lower": float(lower[j]) if finite else None,
+                        "audit_upper": float(upper[j]) if finite else None,
+                        "hits": int(hits[j]), "verdict": verdict})
+    tally.finish()
     meta = {"command": "audit", "accountants": list(accountants), "samples": samples, "seed": seed,
             "confidence": confidence, "adversary": adversary, "scope": scope, "delta_l": delta_l,
             "delta_prime": delta_prime, "n0": n0, "dim": dim, "rounds": rounds, "device": str(device),

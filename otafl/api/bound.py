@@ -1,8 +1,9 @@
 """Local and central privacy bounds on a parameter grid, without training.
 
-The grid is the product of ``users x p x sigma2 x clip x snr_db``; every accountant
-evaluates the whole grid in one batched call (otafl.privacy). With h = 1 (no channel
-preset) the alignment gain is the ``min`` policy's value for identical users,
+The grid is the product of ``users x p x sigma2 x clip x snr_db``. Each accountant
+evaluates it in chunks of grid points (otafl.privacy), so memory stays bounded by the
+chunk and the output rows, and a ``progress`` callback can follow it. With h = 1 (no
+channel preset) the alignment gain is the ``min`` policy's value for identical users,
 
     c = sqrt(P / (L^2 + d sigma^2)),   P = 10^(SNR/10) d N0          (docs/model.md#alignment)
 
@@ -11,6 +12,14 @@ the channel adds no noise). With a channel preset, T rounds of fading are drawn 
 a run of the same spec and seed draws them (:func:`otafl.setup.build_channel`) and the
 ``min`` policy is taken over the preset's users and SNR groups per round. With ``rounds``
 the totals over T rounds are added (smallest of basic, advanced, RDP).
+
+Without ``rounds`` a channel preset draws :data:`DEFAULT_CHANNEL_ROUNDS` rounds and reports
+the worst of them. Only the round with the largest gain floor B_t is evaluated: every
+user is aligned to the same c_t = B_t / sqrt(L^2 + d sigma^2), so rounds differ only in the
+channel noise N0 / c_t^2 in gradient units, and a round with more of it is the dominating
+round's output plus independent Gaussian noise (post-processing). The dominating round's
+bound therefore holds for every round (for ``paper`` and ``tight``, monotone in the channel
+noise, it is the maximum over the rounds).
 """
 
 from __future__ import annotations
@@ -34,34 +43,99 @@ from otafl.privacy.accountants import (
     reason_text,
 )
 from otafl.privacy.accountants.steps import steps_totals
+from otafl.progress import Progress, Tally
 
-__all__ = ["GRID_AXES", "bound_grid", "channel_gain_floor"]
+__all__ = ["DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "bound_grid", "channel_gain_floor"]
 
 GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
 """The axes of the grid, in row order (the last varies fastest)."""
 
+DEFAULT_CHANNEL_ROUNDS = 1000
+"""Fading rounds a channel preset draws without ``rounds`` (the per-round worst case)."""
 
-def _map_fields(bound: RoundBound, fn) -> RoundBound:
-    return RoundBound(**{f: None if getattr(bound, f) is None else fn(getattr(bound, f))
-                         for f in RoundBound.__dataclass_fields__})
+CHUNK_ELEMENTS = 1 << 14
+"""(grid point, round) pairs per chunk: bounds the accountants' temporaries."""
+
+SLOW_PIECE = {"exact": 16, "steps": 16}
+"""(grid point, round) pairs per call of the slow accountants (progress between calls)."""
+
+ROW_BYTES = 1024
+"""Memory of one output row, for the memory guard (a dict of ~20 Python values: ~0.7 KB
+measured without totals, ~0.9 KB with them)."""
 
 
 def _worst_round(bound: RoundBound) -> RoundBound:
-    """Collapse a leading rounds dimension: worst round for eps/delta, any reason, all flags."""
+    """Collapse the trailing rounds dimension: worst round for eps/delta, any reason, all flags."""
     def reduce(name: str, value: torch.Tensor) -> torch.Tensor:
         if name == "reason":
-            out = torch.zeros_like(value[0])
+            out = torch.zeros_like(value[..., 0])
             for bit in REASONS:
-                out = out + ((value & bit) != 0).any(0).long() * bit
+                out = out + ((value & bit) != 0).any(-1).long() * bit
             return out
         if value.dtype == torch.bool:
-            return value.all(0)
+            return value.all(-1)
         if name in ("central_noise_std", "local_noise_std"):
-            return value.amin(0)
-        return value.amax(0)
+            return value.amin(-1)
+        return value.amax(-1)
 
     return RoundBound(**{f: None if getattr(bound, f) is None else reduce(f, getattr(bound, f))
                          for f in RoundBound.__dataclass_fields__})
+
+
+def _evaluate(acc, tally: Tally, piece: int, *, K, pp, s2, L, c, n0, delta_l, delta_prime, dim, **extra
+              ) -> tuple[RoundBound, int]:
+    """One accountant on a chunk of grid points [n] and evaluated rounds: fields [n, T].
+
+    The (point, round) pairs are evaluated ``piece`` at a time, each piece but the last
+    reported to ``tally`` as it ends; returns the bound and the last piece's size.
+    """
+    n, t = c.shape
+    flat = [v.unsqueeze(-1).expand(n, t).reshape(-1) for v in (K, pp, s2, L)] + [c.reshape(-1)]
+    parts, size = [], n * t
+    for lo in range(0, size, piece):
+        k, pv, sv, lv, cv = (v[lo:lo + piece] for v in flat)
+        b = acc.bound(participation_prob=pv, users=k, noise_var=sv, sensitivity=2 * lv, alignment_gain=cv, n0=n0,
+                      delta_l=delta_l, delta_prime=delta_prime, dim=dim, **extra)
+        parts.append({f: None if getattr(b, f) is None else torch.broadcast_to(getattr(b, f), (len(k),))
+                      for f in RoundBound.__dataclass_fields__})
+        if lo + piece < size:
+            tally.advance(piece)
+    bound = RoundBound(**{f: None if parts[0][f] is None else torch.cat([pt[f] for pt in parts]).reshape(n, t)
+                          for f in RoundBound.__dataclass_fields__})
+    return bound, size - (size - 1) // piece * piece
+
+
+def _rows(name: str, points: list[tuple], bound: RoundBound, totals: dict | None, c_mean, chan_mean, *,
+          channel: bool, rounds: int | None, composition: str) -> list[dict]:
+    """The rows of one accountant on a chunk of grid points (fields [n])."""
+    flat = {f: getattr(bound, f).tolist()
+            for f in ("epsilon_local", "delta_local", "epsilon_central", "delta_central", "mean_participants",
+                      "quantile", "delta_prime", "classic_valid", "classic_valid_local", "reason")}
+    if totals is not None:
+        flat.update({k: torch.broadcast_to(v, (len(points),)).tolist() for k, v in totals.items()})
+    gains, chans = c_mean.tolist(), chan_mean.tolist()
+    steps = name == "steps"
+    rows = []
+    for i, (u, pv, sv, lv, snr) in enumerate(points):
+        row = {"users": int(u), "p": pv, "sigma2": sv, "clip": lv, "snr_db": None if channel else snr,
+               "accountant": name, "epsilon_local": flat["epsilon_local"][i], "delta_local": flat["delta_local"][i],
+               "epsilon_central": flat["epsilon_central"][i], "delta_central": flat["delta_central"][i],
+               "mean_participants": flat["mean_participants"][i], "quantile": flat["quantile"][i],
+               "delta_prime": flat["delta_prime"][i], "alignment_gain": gains[i], "channel_noise_var": chans[i],
+               "classic_valid": bool(flat["classic_valid"][i]),
+               "classic_valid_local": bool(flat["classic_valid_local"][i]),
+               "defined": flat["reason"][i] == 0, "reason": reason_text(flat["reason"][i])}
+        if totals is not None:
+            row.update({"rounds": rounds,
+                        "epsilon_local_total": flat["epsilon_local_total"][i],
+                        "delta_local_total": flat["delta_local_total"][i],
+                        "epsilon_central_total": flat["epsilon_central_total"][i],
+                        "delta_central_total": flat["delta_central_total"][i],
+                        "composition": composition if steps else composition_name(int(flat["composition_central"][i])),
+                        "composition_local": composition if steps else
+                        composition_name(int(flat["composition_local"][i]))})
+        rows.append(row)
+    return rows
 
 
 def channel_gain_floor(channel: str, *, rounds: int, dim: int, seed: int = 0, n0: float | None = None,
@@ -98,7 +172,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                rounds: int | None = None, channel: str | None = None, seed: int = 0,
                delta_target: float | None = None, device: str | torch.device = "cpu", local_steps: int = 1,
                record_sampling: float = 1.0, step_noise: float | None = None, composition: str = "pld",
-               user_sampling: str = "revealed") -> dict[str, Any]:
+               user_sampling: str = "revealed", progress: Progress | None = None) -> dict[str, Any]:
     """Evaluate the accountants on the product grid of the five axes.
 
     Parameters
@@ -116,8 +190,9 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     dim : model dimension d (number of parameters), default :data:`PAPER_DIM`.
     rounds : T; adds the totals composed over T rounds.
     channel : a channel preset name or TOML path: K, the SNR groups and N0 come from it
-        and T = ``rounds`` (or 1) fading rounds are drawn with ``seed`` as a run draws them
-        (:func:`channel_gain_floor`).
+        and T = ``rounds`` fading rounds are drawn with ``seed`` as a run draws them
+        (:func:`channel_gain_floor`); without ``rounds``, :data:`DEFAULT_CHANNEL_ROUNDS`
+        rounds for the per-round worst case (no totals; module docstring).
     delta_target : total delta of the composed totals [default: basic composition's + delta_l].
     device : where the tensors live.
     local_steps, record_sampling, step_noise, composition, user_sampling : read by the
@@ -125,6 +200,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         ``rdp-classic``, ``revealed`` | ``hidden``; docs/privacy.md#steps). ``step_noise`` None:
         its FedSGD reading (one step of sensitivity 2L with noise sqrt(sigma2)). Its totals
         compose the rounds' mechanisms with ``composition`` (the ``composition`` column).
+    progress : called with (done, total) as the grid is evaluated, ending with (total,
+        total); the units are (grid point, evaluated round, accountant) triples.
 
     Returns
     -------
@@ -136,8 +213,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     epsilon_central_total delta_central_total composition composition_local``. Undefined
     bounds are +inf with ``defined`` False and a ``reason``. With ``channel``, ``snr_db``
     is None, each row reports the worst round, and ``alignment_gain`` (c_t) and
-    ``channel_noise_var`` (N0 / c_t^2) are means over the T rounds. ``meta`` holds the
-    inputs, the accountants, the number of points and the channel description.
+    ``channel_noise_var`` (N0 / c_t^2) are means over the drawn rounds. ``meta`` holds the
+    inputs, the accountants, the number of points and the channel description (with
+    ``fading_rounds`` drawn, ``evaluated_rounds`` and, without ``rounds``, the index of the
+    ``worst_round``).
     """
     device = torch.device(device)
     accountants = check_accountants(accountants)
@@ -168,97 +247,90 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
             raise OtaflInputError("--users and --snr-db come from the channel preset; leave them out with --channel")
         if n0 is not None:
             check_range("n0", n0, lo=0.0)
-        T = rounds or 1
-        floor, info = channel_gain_floor(channel, rounds=T, dim=int(dim), seed=seed, n0=n0, device=device)
+        drawn = rounds if rounds is not None else DEFAULT_CHANNEL_ROUNDS
+        floor, info = channel_gain_floor(channel, rounds=drawn, dim=int(dim), seed=seed, n0=n0, device=device)
         n0 = float(info["n0"])
         users, snr_db = [int(info["users"])], [math.nan]
+        # With --rounds every round is evaluated (the totals compose them); without, only the
+        # round of the largest gain floor: it dominates every other round (module docstring).
+        worst = int(torch.argmax(floor))
+        evaluated = floor if rounds is not None else floor[worst:worst + 1]
+        info = {**info, "fading_rounds": drawn, "evaluated_rounds": int(evaluated.numel()),
+                "worst_round": None if rounds is not None else worst}
     else:
         n0 = 1.0 if n0 is None else n0
-        T = None
     for value in users:
         check_range("users", value, lo=1)
     check_range("n0", n0, lo=0.0)
 
     shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))
-    check_memory(f"a grid of {math.prod(shape)} points x {rounds or 1} rounds x {len(accs)} accountants",
-                 bound_bytes(points=math.prod(shape), rounds=rounds or 1, accountants=len(accs)))
+    points = math.prod(shape)
+    t_eval = 1 if info is None else int(evaluated.numel())
+    span = max(t_eval, rounds or 1)  # the rounds axis a chunk materialises
+    chunk = max(1, min(points, CHUNK_ELEMENTS // span))
+    check_memory(f"a grid of {points} points x {rounds or 1} rounds x {len(accs)} accountants",
+                 bound_bytes(points=chunk, rounds=span, accountants=1) + points * len(accs) * ROW_BYTES)
 
-    def axis(values, i):
-        view = [1] * 5
-        view[i] = -1
-        return torch.tensor([float(v) for v in values], **f64).view(view)
-
-    K, pp, s2, L = axis(users, 0), axis(p, 1), axis(sigma2, 2), axis(clip, 3)
+    axes = [torch.tensor([float(v) for v in values], **f64) for values in (users, p, sigma2, clip)]
     if info is None:
         from otafl.transmit import max_power
 
         power = max_power(torch.tensor([float(v) for v in snr_db], dtype=torch.float64), int(dim), n0).to(device)
-        c = torch.sqrt(power.view(1, 1, 1, 1, -1) / (L * L + dim * s2))
     else:
-        c = floor.to(device).view(T, 1, 1, 1, 1, 1) / torch.sqrt(L * L + dim * s2)
-
-    rows_by_acc = {}
-    for acc in accs:
-        bound = acc.bound(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L, alignment_gain=c,
-                          n0=n0, delta_l=delta_l, delta_prime=delta_prime, dim=int(dim),
-                          **(steps_kwargs if acc.name == "steps" else {}))
-        if T is not None:
-            per_round = bound
-            bound = _worst_round(per_round)
-            over_rounds = _map_fields(per_round, lambda v: torch.movedim(v, 0, -1))
-        elif rounds is not None:
-            over_rounds = _map_fields(bound, lambda v: v.unsqueeze(-1).expand(*v.shape, rounds))
-        totals = None
-        if rounds is not None and acc.name == "steps":  # the rounds' mechanisms composed (channel-free)
-            totals = steps_totals(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L, delta_l=delta_l,
-                                  rounds=rounds, delta_prime=delta_prime, delta_target=delta_target, **steps_kwargs)
-        elif rounds is not None:
-            totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l)
-        rows_by_acc[acc.name] = (bound, totals)
-
-    c_grid = torch.broadcast_to(c.mean(0) if T is not None else c, shape)
-    chan = torch.where(torch.tensor(n0 == 0.0, device=device), torch.zeros_like(c), n0 / (c * c))
-    chan_grid = torch.broadcast_to(chan.mean(0) if T is not None else chan, shape)
-    columns = {"alignment_gain": c_grid.reshape(-1).tolist(), "channel_noise_var": chan_grid.reshape(-1).tolist()}
-    points = list(itertools.product(users, p, sigma2, clip, snr_db))
+        floor = floor.to(device)
+        evaluated = evaluated.to(device)
+        inv_floor2 = (1.0 / (floor * floor)).mean()
+    tally = Tally(progress, points * t_eval * len(accs))
+    point_list = list(itertools.product(users, p, sigma2, clip, snr_db))
     rows = []
-    for name, (bound, totals) in rows_by_acc.items():
-        flat = {f: torch.broadcast_to(getattr(bound, f), shape).reshape(-1).tolist()
-                for f in ("epsilon_local", "delta_local", "epsilon_central", "delta_central", "mean_participants",
-                          "quantile", "delta_prime", "classic_valid", "classic_valid_local", "reason")}
-        if totals is not None:
-            flat.update({k: torch.broadcast_to(v, shape).reshape(-1).tolist() for k, v in totals.items()})
-        for i, (u, pv, sv, lv, snr) in enumerate(points):
-            row = {"users": int(u), "p": pv, "sigma2": sv, "clip": lv,
-                   "snr_db": None if info is not None else snr, "accountant": name,
-                   "epsilon_local": flat["epsilon_local"][i], "delta_local": flat["delta_local"][i],
-                   "epsilon_central": flat["epsilon_central"][i], "delta_central": flat["delta_central"][i],
-                   "mean_participants": flat["mean_participants"][i], "quantile": flat["quantile"][i],
-                   "delta_prime": flat["delta_prime"][i], "alignment_gain": columns["alignment_gain"][i],
-                   "channel_noise_var": columns["channel_noise_var"][i],
-                   "classic_valid": bool(flat["classic_valid"][i]),
-                   "classic_valid_local": bool(flat["classic_valid_local"][i]),
-                   "defined": flat["reason"][i] == 0, "reason": reason_text(flat["reason"][i])}
-            if totals is not None:
-                steps = name == "steps"
-                row.update({"rounds": rounds,
-                            "epsilon_local_total": flat["epsilon_local_total"][i],
-                            "delta_local_total": flat["delta_local_total"][i],
-                            "epsilon_central_total": flat["epsilon_central_total"][i],
-                            "delta_central_total": flat["delta_central_total"][i],
-                            "composition": composition if steps else
-                            composition_name(int(flat["composition_central"][i])),
-                            "composition_local": composition if steps else
-                            composition_name(int(flat["composition_local"][i]))})
-            rows.append(row)
+    for acc in accs:
+        piece = SLOW_PIECE.get(acc.name, CHUNK_ELEMENTS)
+        for start in range(0, points, chunk):
+            stop = min(points, start + chunk)
+            idx, coords = torch.arange(start, stop, device=device), []
+            for size in reversed(shape):
+                coords.append(idx % size)
+                idx = idx // size
+            iu, ip, i2, il, isnr = reversed(coords)
+            K, pp, s2, L = axes[0][iu], axes[1][ip], axes[2][i2], axes[3][il]
+            if info is None:
+                c = torch.sqrt(power[isnr] / (L * L + dim * s2))
+                c_eval, c_mean = c.unsqueeze(-1), c
+                chan_mean = torch.zeros_like(c) if n0 == 0.0 else n0 / (c * c)
+            else:
+                norm = torch.sqrt(L * L + dim * s2)
+                c_eval = evaluated.unsqueeze(0) / norm.unsqueeze(-1)
+                c_mean = floor.mean() / norm
+                chan_mean = torch.zeros_like(norm) if n0 == 0.0 else n0 * (L * L + dim * s2) * inv_floor2
+            per_round, held = _evaluate(acc, tally, piece, K=K, pp=pp, s2=s2, L=L, c=c_eval, n0=n0,
+                                        delta_l=delta_l, delta_prime=delta_prime, dim=int(dim),
+                                        **(steps_kwargs if acc.name == "steps" else {}))
+            bound = _worst_round(per_round)
+            totals = None
+            if rounds is not None and acc.name == "steps":  # the rounds' mechanisms composed (channel-free)
+                totals = steps_totals(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L,
+                                      delta_l=delta_l, rounds=rounds, delta_prime=delta_prime,
+                                      delta_target=delta_target, **steps_kwargs)
+            elif rounds is not None:
+                over_rounds = per_round if info is not None else RoundBound(**{
+                    f: None if getattr(per_round, f) is None else getattr(per_round, f).expand(-1, rounds)
+                    for f in RoundBound.__dataclass_fields__})
+                totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l)
+            rows.extend(_rows(acc.name, point_list[start:stop], bound, totals, c_mean, chan_mean,
+                              channel=info is not None, rounds=rounds, composition=composition))
+            tally.advance(held)  # the last piece counts once its totals and rows are done
+    tally.finish()
     meta = {
         "command": "bound", "accountants": [a.name for a in accs], "grid": dict(zip(GRID_AXES, (
             list(users), list(p), list(sigma2), list(clip), None if info is not None else list(snr_db)))),
-        "points": math.prod(shape), "delta_l": delta_l, "delta_prime": delta_prime, "n0": n0, "dim": int(dim),
+        "points": points, "delta_l": delta_l, "delta_prime": delta_prime, "n0": n0, "dim": int(dim),
         "rounds": rounds, "delta_target": delta_target, "sensitivity": "2 * clip",
-        "alignment": ("min policy over the preset's users, per fading round drawn as a run of the same spec and "
-                      "seed draws it (rows: worst round; alignment_gain and channel_noise_var are means over "
-                      "rounds)") if info is not None else
+        "alignment": (f"min policy over the preset's users, per fading round drawn as a run of the same spec and "
+                      f"seed draws it ({info['fading_rounds']} rounds: --rounds, or {DEFAULT_CHANNEL_ROUNDS} "
+                      f"without; rows: the worst round, "
+                      + ("over every round" if rounds is not None else
+                         "the round of the largest gain, which dominates the others")
+                      + "; alignment_gain and channel_noise_var are means over the rounds)") if info is not None else
                      "h = 1: c = sqrt(P / (L^2 + d sigma^2)), P = 10^(snr_db/10) d N0 (N0 = 1 reference if N0 = 0)",
         "channel": info, "seed": seed if info is not None else None, "device": str(device),
         **({"steps": {**steps_kwargs, "sensitivity": "record_clip C (step_noise in units of C)" if step_noise

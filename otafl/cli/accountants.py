@@ -1,6 +1,8 @@
 """``otafl plot-accountants``: the accountants figure (per-round central epsilon vs p).
 
-Parses the options and calls :func:`otafl.api.curves.accountant_curves`; draws with
+Parses the options and calls :func:`otafl.api.curves.accountant_curves` (all three
+accountants: the figure compares them) with a progress bar on stderr over ``exact``'s
+points (:func:`otafl.progress.progress_bar`); draws with
 :func:`otafl.report.accountants_figure.plot_accountants` and prints the curves with
 :func:`otafl.report.text.accountants_text`, CSV or JSON.
 """
@@ -10,7 +12,8 @@ from __future__ import annotations
 import click
 
 from otafl.api.curves import DEFAULT_P, PRESET, accountant_curves
-from otafl.cli.options import parse_list
+from otafl.cli.options import parse_list, quiet_option
+from otafl.progress import progress_bar
 from otafl.report.text import accountants_text
 
 
@@ -33,13 +36,15 @@ from otafl.report.text import accountants_text
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
               help='Printed curves: a text table, CSV rows (p, accountant, epsilon, delta) or JSON '
                    '(non-finite numbers as the strings "inf", "-inf", "nan").')
-def plot_accountants(out, p, users, sigma2, clip, delta_l, n0, dim, fmt):
+@quiet_option
+def plot_accountants(out, p, users, sigma2, clip, delta_l, n0, dim, fmt, quiet):
     """Write the accountants figure (per-round central epsilon vs p of paper, tight, exact) and print it."""
     from otafl.report.accountants_figure import plot_accountants as draw
     from otafl.report.text import csv_text, json_text
 
-    curves = accountant_curves(p=parse_list("p", p), users=users, sigma2=sigma2, clip=clip, delta_l=delta_l,
-                               n0=n0, dim=dim)
+    with progress_bar("exact", quiet=quiet, unit="p") as progress:
+        curves = accountant_curves(p=parse_list("p", p), users=users, sigma2=sigma2, clip=clip, delta_l=delta_l,
+                                   n0=n0, dim=dim, progress=progress)
     path = str(draw(curves, out))
     if fmt == "json":
         click.echo(json_text({**curves, "figure": path}))

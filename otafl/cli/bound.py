@@ -1,20 +1,22 @@
 """``otafl bound``: local and central privacy bounds on a parameter grid, without training.
 
 Parses the options and calls :func:`otafl.api.bound.bound_grid` (the grid, the h = 1
-alignment gain, ``--channel`` fading drawn as a run draws it, ``--rounds`` totals);
-prints with :func:`otafl.report.text.bound_text`, CSV or JSON.
+alignment gain, ``--channel`` fading drawn as a run draws it, ``--rounds`` totals) with a
+progress bar on stderr (:func:`otafl.progress.progress_bar`); prints with
+:func:`otafl.report.text.bound_text`, CSV or JSON.
 """
 
 from __future__ import annotations
 
 import click
 
-from otafl.api.bound import bound_grid
+from otafl.api.bound import DEFAULT_CHANNEL_ROUNDS, bound_grid
 from otafl.api.defaults import PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
-                               output_options, parse_delta_prime, parse_list)
+                               output_options, parse_delta_prime, parse_list, quiet_option)
 from otafl.device import resolve_device
 from otafl.errors import OtaflInputError
+from otafl.progress import progress_bar
 from otafl.report.text import bound_text
 
 
@@ -27,13 +29,19 @@ from otafl.report.text import bound_text
                                                      "or the channel preset's].")
 @click.option("--dim", type=int, default=PAPER_DIM, show_default=True,
               help="Model dimension d (number of parameters; sets P = 10^(SNR/10) d N0).")
-@accountant_option(default=("paper",))
-@click.option("--rounds", type=int, default=None, help="Also compose over T rounds (basic/advanced/RDP).")
+@accountant_option(default=("exact",),
+                   help="Accountant(s), repeatable or comma-separated. exact is the sharpest and slowest "
+                        "(~0.1 s per grid point); paper and tight are closed forms.")
+@click.option("--rounds", type=int, default=None,
+              help="Also compose over T rounds (basic/advanced/RDP); with --channel, draw exactly T fading "
+                   "rounds.")
 @click.option("--delta-target", "delta_target", type=float, default=None,
               help="Total delta of the composed totals [default: basic composition's delta + delta_l].")
 @click.option("--channel", default=None, metavar="PRESET",
-              help="Channel preset (name in channels/ or a TOML path): draw T = --rounds (or 1) fading rounds "
-                   "as `otafl run` does for the same preset and seed, instead of h = 1.")
+              help="Channel preset (name in channels/ or a TOML path): draw fading rounds as `otafl run` "
+                   "does for the same preset and seed, instead of h = 1, and report the worst round: T = "
+                   f"--rounds rounds, or {DEFAULT_CHANNEL_ROUNDS} without --rounds (per-round bounds only; the "
+                   "totals need --rounds).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the run whose fading is drawn (train.seed; --channel).")
 @click.option("--local-steps", "local_steps", type=int, default=1, show_default=True,
@@ -50,20 +58,22 @@ from otafl.report.text import bound_text
               show_default=True, help="steps accountant: whether a user's participation may be visible "
                                       "(docs/privacy.md#steps).")
 @output_options
+@quiet_option
 @click.pass_context
 def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_target,
-          channel, seed, local_steps, record_sampling, step_noise, composition, user_sampling, fmt, device):
+          channel, seed, local_steps, record_sampling, step_noise, composition, user_sampling, fmt, device, quiet):
     """Per-round local and central DP bounds (and totals with --rounds) on a grid, no training."""
     explicit = {name for name in ("users", "snr_db")
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
     if channel is not None and explicit:
         raise OtaflInputError("--users and --snr-db come from the channel preset; leave them out with --channel")
-    result = bound_grid(
-        users=[] if channel else parse_list("users", users, int), p=parse_list("p", p),
-        sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
-        snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
-        delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
-        channel=channel, seed=seed, delta_target=delta_target, device=resolve_device(device),
-        local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise, composition=composition,
-        user_sampling=user_sampling)
+    with progress_bar("bound", quiet=quiet, unit="pt") as progress:
+        result = bound_grid(
+            users=[] if channel else parse_list("users", users, int), p=parse_list("p", p),
+            sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
+            snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
+            delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
+            channel=channel, seed=seed, delta_target=delta_target, device=resolve_device(device),
+            local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
+            composition=composition, user_sampling=user_sampling, progress=progress)
     echo_result(result, fmt, bound_text)

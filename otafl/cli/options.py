@@ -9,7 +9,8 @@ so a grid axis or an output switch is declared once:
     @delta_options(delta_l_help="delta of the Gaussian step.")
     ...
     @output_options
-    def bound(users, p, sigma2, clip, snr_db, delta_l, delta_prime, ..., fmt, device): ...
+    @quiet_option
+    def bound(users, p, sigma2, clip, snr_db, delta_l, delta_prime, ..., fmt, device, quiet): ...
 
 The commands only parse: the work is one call into :mod:`otafl.api`, the printing is
 :mod:`otafl.report.text` (:func:`echo_result`).
@@ -120,6 +121,12 @@ output_options = _stack(
                  help="Where to compute: auto = cuda if available, else cpu."),
 )
 """``--format table|csv|json`` and ``--device auto|cpu|cuda``."""
+
+quiet_option = click.option(
+    "--quiet", is_flag=True,
+    help="No progress bar. The bar is drawn on stderr only when it is a terminal and the job takes more than "
+         "half a second.")
+"""``--quiet``: no progress bar (:func:`otafl.progress.progress_bar`)."""
 
 
 def echo_result(result: dict, fmt: str, render_table: Callable[[dict], str]) -> None:
