@@ -62,7 +62,7 @@ def lower_convex_envelope(x, y):
 
 
 def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
-                  probe_delta: float | None = None, slack: float = 1e-3, stride: int = 4,
+                  probe_delta: float | None = None, slack: float = 1e-3, stride: int = 1,
                   lump: float = 0.01, max_elements: int = 1 << 16) -> torch.Tensor:
     """Upper bound on each row's profile at the points ``eps`` (increasing): eq. (5), and eq. (1) where it helps.
 
@@ -74,8 +74,9 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
     - for rows where its d = 1 lower bound is below eq. (5) at some point (elsewhere it
       cannot be smaller: u alone is a projection of the d-dimensional output); with
       ``probe_delta``, only for rows where that holds at the probe point (the first grid
-      point where eq. (5) is <= ``probe_delta``) and eq. (1) beats eq. (5) there by more
-      than a relative ``slack``;
+      point where eq. (5) is <= ``probe_delta``) and eq. (1) is smaller there by enough to
+      save more than a relative ``slack`` of that epsilon (estimated from eq. (5)'s
+      log-slope);
     - evaluated at every ``stride``-th point (and the last) and, in between, replaced by
       its chord in e^eps (above the convex true profile), with the law of n lumped into
       blocks over which the absent variance grows by at most a relative ``lump``
@@ -122,7 +123,11 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
         cand = torch.nonzero(d1_lower(eps[at][:, None])[:, 0] < up_at).reshape(-1)
         if cand.numel():
             d_probe = _others_upper(eps[at[cand]][:, None], spec, cand, grid, max_elements, lump)[:, 0]
-            cand = cand[d_probe < (1.0 - slack) * up_at[cand]]
+            # The epsilon eq. (1) saves at the probe, from eq. (5)'s log-slope there.
+            prev = (at[cand] - 1).clamp(min=0)
+            slope = (torch.log(up[cand, prev]) - torch.log(up_at[cand])) / (eps[at[cand]] - eps[prev]).clamp(min=1e-300)
+            saved = torch.log(up_at[cand] / d_probe) / slope
+            cand = cand[(d_probe < up_at[cand]) & ~(saved <= slack * eps[at[cand]])]
     if cand.numel():
         sparse = torch.unique(torch.cat([torch.arange(0, E, max(1, stride)), torch.tensor([E - 1])]))
         u1 = _others_upper(eps[sparse], spec, cand, grid, max_elements, lump)

@@ -59,7 +59,7 @@ def round_variance_down(value: float, *, floor: float = 0.0, resolution: float) 
         return value
     base = math.log1p(resolution)
     x = value + floor
-    i = math.floor(math.log(x) / base)
+    i = math.floor(math.log(x) / base + 1e-9)  # a grid point maps to itself despite log's rounding
     g = math.exp(i * base)
     while g > x:  # guard the float rounding of exp/log: the grid point must not exceed x
         i -= 1
@@ -76,7 +76,7 @@ def round_probability_up(p: float, *, resolution: float) -> float:
     if resolution <= 0 or p <= 0 or p >= 1:
         return p
     base = math.log1p(resolution)
-    i = math.floor(-math.log(p) / base)
+    i = math.floor(-math.log(p) / base - 1e-9)
     g = math.exp(-i * base)
     while g < p:  # the grid point must not fall below p
         i -= 1
