@@ -29,7 +29,7 @@ from otafl.privacy.accountants.base import (
     prepare_round,
 )
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
-from otafl.privacy.accountants.exact_run import DEFAULT_RESOLUTION, Resolution, compose_exact_rounds, round_row_keys
+from otafl.privacy.accountants.exact_run import DEFAULT_RESOLUTION, Resolution, compose_exact_rounds, run_row_keys
 from otafl.privacy.analysis.ota_rows import central_rows, local_rows, rows_epsilon
 
 __all__ = ["exact_round", "compose_exact"]
@@ -128,8 +128,8 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
                   resolution: Resolution = DEFAULT_RESOLUTION) -> dict:
     r"""Total epsilon over rounds of the ``exact`` accountant, via privacy-loss distributions.
 
-    The rounds' rows (:func:`~otafl.privacy.accountants.exact_run.round_row_keys`, rounded
-    pessimistically as ``resolution`` says) are composed by
+    The rounds' rows (:func:`~otafl.privacy.accountants.exact_run.run_row_keys`, rounded
+    pessimistically as ``resolution`` says where they vary over the rounds) are composed by
     :func:`~otafl.privacy.accountants.exact_run.compose_exact_rounds`: each distinct
     round's profile (the maximum over its rows) with its repetitions, pessimistic
     connect-the-dots PLDs (dp_accounting). :func:`~otafl.privacy.accountants.run.account_run`
@@ -162,8 +162,7 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
     T = len(facts)
     if T < 1:
         raise OtaflInputError("facts = [] is outside the allowed range (at least one round)")
-    cache: dict[int, tuple] = {}
-    keys = [cache.setdefault(id(f), round_row_keys(f, kind, resolution)) for f in facts]
+    keys = run_row_keys(facts, kind, resolution)
     out = compose_exact_rounds(keys, delta_target=delta_target, points=points, grid=grid)
     return {"epsilon": out["epsilon"], "delta": delta_target, "rounds": T, "gap": out["gap"],
             "distinct_rounds": out["distinct_rounds"]}

@@ -45,7 +45,7 @@ from otafl.privacy.analysis.ota_round import RoundSpec, round_epsilon
 from otafl.privacy.analysis.round_grid import round_probability_up, round_variance_down
 from otafl.privacy.facts import RoundFacts
 
-__all__ = ["Resolution", "DEFAULT_RESOLUTION", "NO_ROUNDING", "round_row_keys", "row_epsilons",
+__all__ = ["Resolution", "DEFAULT_RESOLUTION", "NO_ROUNDING", "round_row_keys", "run_row_keys", "row_epsilons",
            "exact_round_epsilons", "compose_exact_rounds", "clear_caches"]
 
 _DT = torch.float64
@@ -159,6 +159,35 @@ def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RE
                   a, dim, law_key) for pk, v, s_min, law_key, n_lo in rows)
 
 
+def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution = DEFAULT_RESOLUTION
+                 ) -> list[tuple]:
+    """:func:`round_row_keys` of every round, rounding only what varies over the rounds.
+
+    A grid only pays where a quantity takes several values: the channel noise is rounded
+    only if it is not the same in every round, a local row's p only if the local rows' p
+    are not all equal. So identical rounds (``otafl audit --rounds``, or a run with N0 = 0
+    and fixed sampling) are not rounded at all, and a run with fixed sampling keeps its p.
+    The same facts object is keyed once.
+    """
+    import numpy as np
+
+    chs = {_channel_noise(f) for f in facts}
+    res = Resolution(resolution.channel if len(chs) > 1 else 0.0, 0.0)
+    if kind == "local" and resolution.probability > 0:
+        ps = set()
+        for f in {id(f): f for f in facts}.values():
+            p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
+                                     dtype=np.float64)
+            s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1)
+                                                      .numpy(), p.shape), dtype=np.float64)
+            if (p > 0).any():
+                ps.update(pk for pk, _ in _sampling_rows(p.tobytes(), s2.tobytes(), "local"))
+        if len(ps) > 1:
+            res = Resolution(res.channel, resolution.probability)
+    seen: dict[int, tuple] = {}
+    return [seen.setdefault(id(f), round_row_keys(f, kind, res)) for f in facts]
+
+
 def _spec(keys: Sequence[tuple], tail: float) -> RoundSpec:
     """One RoundSpec for keys of one kind and one dimension."""
     t = lambda i: torch.tensor([k[i] for k in keys], dtype=_DT)  # noqa: E731
@@ -229,7 +258,7 @@ def exact_round_epsilons(facts: Sequence[RoundFacts], *, delta_l: float, kind: s
                          resolution: Resolution = DEFAULT_RESOLUTION, grid: CellGrid = DEFAULT_GRID
                          ) -> list[float]:
     """Per-round epsilon (worst row; 0 for a round without rows) of ``kind`` central|local."""
-    keys = [round_row_keys(f, kind, resolution) for f in facts]
+    keys = run_row_keys(facts, kind, resolution)
     eps = row_epsilons([k for ks in keys for k in ks], delta_l, grid=grid)
     return [max((eps[k] for k in ks), default=0.0) for ks in keys]
 

@@ -24,8 +24,8 @@ from otafl.privacy.accountants.exact_run import (
     DEFAULT_RESOLUTION,
     Resolution,
     compose_exact_rounds,
-    round_row_keys,
     row_epsilons,
+    run_row_keys,
 )
 from otafl.privacy.accountants.registry import get_accountant
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
@@ -267,7 +267,7 @@ def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_ta
     delta_local = p.amax(-1) * delta_l
     out = {}
     for kind, delta_t in (("central", torch.full((T,), delta_l, dtype=torch.float64)), ("local", delta_local)):
-        keys = [round_row_keys(f, kind, resolution) for f in facts]
+        keys = run_row_keys(facts, kind, resolution)
         row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
         eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
         delta_basic = float(delta_t.sum().clamp(max=1.0))
