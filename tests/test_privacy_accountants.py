@@ -207,7 +207,13 @@ def test_chunked_evaluation_equals_one_call(name):
     fn = ACCOUNTANTS[name].round_bound
     whole, chunked = fn(**kw), evaluate_in_chunks(fn, chunk_size=256, **kw)
     for field in ("epsilon_local", "epsilon_central", "quantile", "reason"):
-        assert torch.equal(getattr(whole, field), getattr(chunked, field)), field
+        if name == "exact" and field.startswith("epsilon"):
+            # exact's integrals batch their rows in memory-sized chunks, and torch's vectorised
+            # special functions may round an element's last bit differently with its position
+            # in a batch: equal to rounding, not bit for bit.
+            torch.testing.assert_close(getattr(whole, field), getattr(chunked, field), rtol=1e-12, atol=0.0)
+        else:
+            assert torch.equal(getattr(whole, field), getattr(chunked, field)), field
 
 
 def fit_slope(K, eps):

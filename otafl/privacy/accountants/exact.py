@@ -29,11 +29,10 @@ from otafl.privacy.accountants.base import (
     prepare_round,
 )
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
-from otafl.privacy.analysis.ota_rows import RoundRows, central_rows, local_rows, rows_epsilon
-from otafl.privacy.analysis.pld import compose_round_profiles
-from otafl.privacy.facts import RoundFacts
+from otafl.privacy.accountants.exact_run import DEFAULT_RESOLUTION, Resolution, compose_exact_rounds, run_row_keys
+from otafl.privacy.analysis.ota_rows import central_rows, local_rows, rows_epsilon
 
-__all__ = ["exact_round", "facts_rows", "compose_exact"]
+__all__ = ["exact_round", "compose_exact"]
 
 _DT = torch.float64
 
@@ -124,50 +123,29 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
         classic_valid_local=grid_(true), reason=grid_(reason))
 
 
-def _facts_key(f: RoundFacts) -> tuple:
-    return (tuple(f.participation_prob.tolist()), tuple(f.noise_var.tolist()),
-            float(f.alignment_gain), float(f.n0), float(f.sensitivity), int(f.dim))
-
-
-def facts_rows(f: RoundFacts, kind: str, delta_l: float, delta_target: float) -> RoundRows:
-    """The central (one per noise group) or local (one per distinct user) rows of one round's facts.
-
-    ``delta_l`` is the rows' target delta; ``delta_target`` (the run's total delta) sets
-    the tail mass of the law of n, min(1e-15, 1e-6 delta_target).
-    """
-    dev = f.participation_prob.device
-    p = f.participation_prob.to(_DT)[None]
-    s2 = torch.broadcast_to(f.noise_var.to(_DT), p.shape[1:])[None]
-    c = float(f.alignment_gain)
-    ch = torch.tensor([0.0 if f.n0 == 0 else f.n0 / (c * c)], dtype=_DT, device=dev)
-    sens = torch.tensor([float(f.sensitivity)], dtype=_DT, device=dev)
-    tm = min(1e-15, 1e-6 * delta_target)
-    if kind == "central":
-        return central_rows(participation_prob=p, noise_var=s2, channel_noise_var=ch,
-                            sensitivity=sens, dim=int(f.dim), delta=sens.new_tensor([delta_l]),
-                            tail_mass=tm)
-    return local_rows(participation_prob=p, noise_var=s2, channel_noise_var=ch, sensitivity=sens,
-                      dim=int(f.dim), delta_l=sens.new_tensor([delta_l]), uniform=False)
-
-
 def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: int | None = None,
-                  points: int = 64, grid: CellGrid = DEFAULT_GRID, chunk: int = 8) -> dict:
+                  points: int = 64, grid: CellGrid = DEFAULT_GRID,
+                  resolution: Resolution = DEFAULT_RESOLUTION) -> dict:
     r"""Total epsilon over rounds of the ``exact`` accountant, via privacy-loss distributions.
 
-    Each distinct round's profile (the maximum over its rows, :func:`facts_rows`) is
-    composed with its repetitions by :func:`otafl.privacy.analysis.pld.compose_round_profiles`
-    (pessimistic connect-the-dots PLDs, dp_accounting).
+    The rounds' rows (:func:`~otafl.privacy.accountants.exact_run.run_row_keys`, rounded
+    pessimistically as ``resolution`` says where they vary over the rounds) are composed by
+    :func:`~otafl.privacy.accountants.exact_run.compose_exact_rounds`: each distinct
+    round's profile (the maximum over its rows) with its repetitions, pessimistic
+    connect-the-dots PLDs (dp_accounting). :func:`~otafl.privacy.accountants.run.account_run`
+    uses the same function for the totals of a run, so the two agree on the same rounds.
 
     Parameters
     ----------
     facts : a :class:`otafl.privacy.facts.RoundFacts`, or a list of them (one per round).
     delta_target : total delta of the run, in (0, 1).
-    kind : "central" (delta_l of the rows is irrelevant here) or "local".
+    kind : "central" or "local" (the worst user: per round the pointwise maximum of the
+        users' profiles, which dominates each user's).
     rounds : with a single RoundFacts, the number of identical rounds T.
     points : grid points on [0, eps_max] (the gap is eps_max / points, common to all
         rounds). The chords make the result pessimistic by ~0.2% in eps at 50 points
         (checked against the Gaussian mechanism composed in closed form).
-    chunk : eps points per batched evaluation (memory).
+    resolution : the pessimistic grids (``NO_ROUNDING`` for none).
 
     Returns
     -------
@@ -184,13 +162,7 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
     T = len(facts)
     if T < 1:
         raise OtaflInputError("facts = [] is outside the allowed range (at least one round)")
-    counts: dict[tuple, int] = {}
-    first: dict[tuple, RoundFacts] = {}
-    for f in facts:
-        key = _facts_key(f)
-        counts[key] = counts.get(key, 0) + 1
-        first.setdefault(key, f)
-    distinct = [(facts_rows(f, kind, delta_target, delta_target).spec, counts[key]) for key, f in first.items()]
-    epsilon, gap = compose_round_profiles(distinct, delta_target=delta_target, points=points, grid=grid,
-                                          chunk=chunk)
-    return {"epsilon": epsilon, "delta": delta_target, "rounds": T, "gap": gap, "distinct_rounds": len(first)}
+    keys = run_row_keys(facts, kind, resolution)
+    out = compose_exact_rounds(keys, delta_target=delta_target, points=points, grid=grid)
+    return {"epsilon": out["epsilon"], "delta": delta_target, "rounds": T, "gap": out["gap"],
+            "distinct_rounds": out["distinct_rounds"]}

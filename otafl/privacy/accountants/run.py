@@ -10,14 +10,23 @@ flat ``"{name}_..."`` columns that run stores, tables and plots read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Sequence
 
+import torch
 from torch import Tensor
 
 from otafl.errors import check_range
-from otafl.privacy.accountants.base import RoundBound, reason_text
+from otafl.privacy.accountants.base import REASON_NO_CENTRAL_NOISE, REASON_NO_LOCAL_NOISE, RoundBound, reason_text
+from otafl.privacy.accountants.exact_run import (
+    DEFAULT_RESOLUTION,
+    Resolution,
+    compose_exact_rounds,
+    row_epsilons,
+    run_row_keys,
+)
 from otafl.privacy.accountants.registry import get_accountant
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
 from otafl.privacy.facts import RoundFacts, stack_facts
@@ -171,7 +180,8 @@ class PrivacyResult(Mapping):
 
 def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l: float,
                 delta_prime: float | str = "auto", delta_target: float | None = None,
-                rdp_resolution: float = 1e-2) -> PrivacyResult:
+                rdp_resolution: float = 1e-2, exact_resolution: Resolution = DEFAULT_RESOLUTION
+                ) -> PrivacyResult:
     """Per-round and whole-run privacy of a training run, for each named accountant.
 
     Parameters
@@ -183,6 +193,12 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     delta_target : total delta of the run for the composed totals; default: the basic
         composition's total delta plus delta_l.
     rdp_resolution : conservative grid for the Opacus calls (see :mod:`otafl.privacy.analysis.rdp`).
+    exact_resolution : the pessimistic grids of ``exact``'s cached rounds
+        (:class:`~otafl.privacy.accountants.exact_run.Resolution`; ``NO_ROUNDING`` for none).
+
+    ``exact`` is evaluated per distinct (rounded) round and composed by privacy-loss
+    distributions (:func:`_account_exact`); ``paper`` and ``tight`` per round on all rounds
+    at once, composed by :func:`compose_round_bounds`.
 
     Returns
     -------
@@ -196,6 +212,10 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     results: dict[str, AccountantResult] = {}
     for name in accountants:
         acc = get_accountant(name)
+        if name == "exact":
+            results[name] = _account_exact(facts, x, delta_l=delta_l, delta_target=delta_target,
+                                           resolution=exact_resolution)
+            continue
         bound = acc.bound(participation_prob=x["participation_prob"], noise_var=x["noise_var"],
                           alignment_gain=x["alignment_gain"], n0=x["n0"], sensitivity=x["sensitivity"],
                           delta_l=delta_l, delta_prime=delta_prime, dim=x["dim"])
@@ -223,3 +243,57 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
             epsilon_local_per_round=tuple(float(v) for v in bound.epsilon_local.tolist()),
         )
     return PrivacyResult(results)
+
+
+def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_target: float | None,
+                   resolution: Resolution) -> AccountantResult:
+    """``exact`` over a run: rounded, cached rows per round, PLD totals (docs/privacy.md#pld-composition).
+
+    Per round: central eps at delta_l, local eps of the worst user at p_k delta_l
+    (:func:`~otafl.privacy.accountants.exact_run.row_epsilons`). Totals: the rounds'
+    profiles composed by :func:`~otafl.privacy.accountants.exact_run.compose_exact_rounds`
+    at ``delta_target`` (default, as before: the sum of the per-round deltas plus
+    delta_l), or basic composition where that is smaller (never at realistic T).
+    """
+    T = len(facts)
+    p, var = x["participation_prob"], x["noise_var"]
+    gain, n0 = x["alignment_gain"], x["n0"]
+    ch = torch.where(n0 == 0, torch.zeros_like(n0), n0 / (gain * gain))
+    active = p > 0
+    min_var = torch.where(active, var, torch.full_like(var, math.inf)).amin(-1)
+    min_var = torch.where(torch.isinf(min_var), var.amin(-1), min_var)
+    no_central = (min_var == 0) & (ch == 0)
+    no_local = (((var + ch[:, None]) == 0) & active).any(-1)
+    delta_local = p.amax(-1) * delta_l
+    out = {}
+    for kind, delta_t in (("central", torch.full((T,), delta_l, dtype=torch.float64)), ("local", delta_local)):
+        keys = run_row_keys(facts, kind, resolution)
+        row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
+        eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
+        delta_basic = float(delta_t.sum().clamp(max=1.0))
+        target = min(1.0, delta_basic + delta_l) if delta_target is None else delta_target
+        eps_basic = float(eps.sum()) if delta_basic <= target else math.inf
+        if not bool(torch.isfinite(eps).all()):
+            eps_pld = math.inf
+        elif target >= 1.0:
+            eps_pld = 0.0
+        else:
+            eps_pld = compose_exact_rounds(keys, delta_target=target)["epsilon"]
+        total, how, total_delta = eps_pld, "pld", target
+        if eps_basic < eps_pld:
+            total, how, total_delta = eps_basic, "basic", delta_basic
+        out[kind] = (eps, total, total_delta, how if math.isfinite(total) else "none")
+    eps_c, eps_l = out["central"][0], out["local"][0]
+    reason = 0
+    if bool((torch.isinf(eps_c) & no_central).any()):
+        reason |= REASON_NO_CENTRAL_NOISE
+    if bool((torch.isinf(eps_l) & no_local).any()):
+        reason |= REASON_NO_LOCAL_NOISE
+    return AccountantResult(
+        name="exact", epsilon_local_max=float(eps_l.max()), delta_local=float(delta_local.max()),
+        epsilon_central=float(eps_c.max()), delta_central=float(delta_l),
+        epsilon_local_total=out["local"][1], delta_local_total=out["local"][2],
+        epsilon_central_total=out["central"][1], delta_central_total=out["central"][2],
+        composition_central=out["central"][3], composition_local=out["local"][3],
+        defined=reason == 0, reason=reason_text(reason), classic_valid=True,
+        epsilon_central_per_round=tuple(eps_c.tolist()), epsilon_local_per_round=tuple(eps_l.tolist()))

@@ -26,6 +26,20 @@ def poisson_binomial_pmf(p: torch.Tensor) -> torch.Tensor:
         the result is non-negative and sums to one up to rounding.
     """
     p = p.to(torch.float64)
+    if p.device.type == "cpu":
+        # The same recursion in numpy: identical arithmetic, without torch's per-op overhead.
+        import numpy as np
+
+        q = p.detach().numpy()
+        K = q.shape[-1]
+        out = np.zeros((*q.shape[:-1], K + 1))
+        out[..., 0] = 1.0
+        for j in range(K):
+            pj = q[..., j : j + 1]
+            head = out[..., : j + 2]
+            shifted = np.concatenate([np.zeros_like(head[..., :1]), head[..., :-1]], axis=-1)
+            out[..., : j + 2] = (1.0 - pj) * head + pj * shifted
+        return torch.from_numpy(out)
     K = p.shape[-1]
     batch = p.shape[:-1]
     pmf = torch.zeros(*batch, K + 1, dtype=torch.float64, device=p.device)

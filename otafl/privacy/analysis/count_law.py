@@ -26,6 +26,8 @@ __all__ = [
     "binomial_count_law",
     "poisson_binomial_count_law",
     "local_count_law",
+    "lump_counts",
+    "pmf_count_law",
     "total_count_law",
     "stack_laws",
 ]
@@ -157,6 +159,28 @@ def poisson_binomial_count_law(others_prob: torch.Tensor, *, tail_mass: float = 
     if q.dim() == 1:
         q = q[None]
     return _blocks_from_pmf(poisson_binomial_pmf(q), tail_mass, block_rel_width)
+
+
+def pmf_count_law(pmf: torch.Tensor, *, tail_mass: float = 1e-12, block_rel_width: float = 1e-3) -> CountLaw:
+    """CountLaw of a given pmf [B, M] of n (as :func:`poisson_binomial_count_law` does with its pmf)."""
+    return _blocks_from_pmf(torch.as_tensor(pmf, dtype=_DT).reshape(-1, pmf.shape[-1]), tail_mass, block_rel_width)
+
+
+def lump_counts(law: CountLaw, width: int) -> CountLaw:
+    """Merge each ``width`` consecutive blocks of a one-row law into one block.
+
+    Safe for eq. (1) (the conditional profile is non-increasing in n, and a block is
+    charged at its smallest n); not for the total count m of eq. (5).
+    """
+    if width <= 1 or law.weight.shape[1] <= 1:
+        return law
+    N = law.weight.shape[1]
+    starts = torch.arange(0, N, width, device=law.weight.device)
+    ends = (starts + width - 1).clamp(max=N - 1)
+    group = torch.arange(N, device=law.weight.device) // width
+    weight = law.weight.new_zeros(law.weight.shape[0], len(starts)).index_add_(1, group, law.weight)
+    return CountLaw(n_first=law.n_first[:, starts], n_last=law.n_last[:, ends], weight=weight,
+                    dropped=law.dropped)
 
 
 def local_count_law(batch: int, device=None) -> CountLaw:

@@ -120,6 +120,17 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         return torch.where(ok, xs, 0.5 * (lo + hi))
 
     x = torch.where(full, u_star, secant_or_mid(lo, hi, g_lo, g_hi))
+    # Equal variances (w = W): with z = exp(u a / W), L(u) = eps is the quadratic
+    # pi c z^2 - (1 - pi)(e^eps - 1) z - pi c e^eps = 0, c = exp(-a^2 / 2W); its positive root
+    # (in log space) starts Newton at the answer, which then only confirms it.
+    equal = (w == W) & ~full
+    if bool(equal.any()):
+        log_2a = _LOG2 + log_pi - a * a / (2 * W)
+        b = log_1mpi + torch.log(torch.expm1(eps))  # log((1 - pi)(e^eps - 1)), -inf at eps = 0
+        k = log_2a + eps / 2
+        log_z = torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a
+        x_eq = W * log_z / a
+        x = torch.where(equal & torch.isfinite(x_eq) & (x_eq >= lo) & (x_eq <= hi), x_eq, x)
     done = full.clone()
     for _ in range(max_iter):
         # Converged elements are frozen, so each element's result does not depend on

@@ -38,9 +38,11 @@ from otafl.errors import OtaflInputError
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, s_cells
 from otafl.privacy.analysis.count_law import CountLaw, TotalLaw, total_count_law
 
-__all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows"]
+__all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows", "take_cells",
+           "with_dim"]
 
 _DT = torch.float64
+_MAX_ELEMENTS = 1 << 16  # (row, eps, count, cell) elements per cell-integral batch (memory)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,17 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
         eps = eps[:, None]
     if cells is None:
         cells = round_cells(spec, grid, conditioning)
+    B, E = eps.shape[0], eps.shape[1]
+    cell_count = max((c.log_odds.shape[-1] for c in (cells.first, cells.total) if c is not None), default=1)
+    per_row = E * (spec.law.weight.shape[1] + 1) * cell_count
+    if B > 1 and B * per_row > _MAX_ELEMENTS:
+        # Chunks of rows keep the temporaries of the cell integrals to a few MB each.
+        step = max(1, _MAX_ELEMENTS // per_row)
+        parts = [round_delta(eps[i:i + step], take_rows(spec, torch.arange(i, min(B, i + step))),
+                             cells=take_cells(cells, torch.arange(i, min(B, i + step))),
+                             conditioning=conditioning) for i in range(0, B, step)]
+        upper, lower = torch.cat([u for u, _ in parts]), torch.cat([lo for _, lo in parts])
+        return (upper[:, 0], lower[:, 0]) if squeeze else (upper, lower)
     law = spec.law
     p, s2, a, w_first, w_last = _round_params(spec)
     e = eps[:, :, None]
@@ -199,9 +212,24 @@ def take_rows(spec: RoundSpec, idx: torch.Tensor) -> RoundSpec:
                      spec.dim)
 
 
+def take_cells(cells: RoundCells, idx: torch.Tensor) -> RoundCells:
+    """The rows ``idx`` of prebuilt round cells."""
+    def sub(c):
+        return None if c is None else SCells(c.log_odds[idx], c.present_mass[idx], c.mixture_mass[idx])
+    last = cells.last if cells.last is None or cells.last is cells.first else sub(cells.last)
+    first = sub(cells.first)
+    return RoundCells(first, first if cells.last is cells.first else last, sub(cells.total))
+
+
+def with_dim(spec: RoundSpec, dim: int | None) -> RoundSpec:
+    """The same rows in another dimension (``None``: the dimension-free bound)."""
+    return RoundSpec(spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
+                     spec.channel_noise_var, spec.half_sensitivity, spec.law, dim)
+
+
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
-                  xtol: float = 1e-9, max_eps: float = 1e4) -> torch.Tensor:
+                  xtol: float = 1e-9, max_eps: float = 1e4, upper_hint=None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
     The profile is non-increasing and convex in eps, so the root of
@@ -219,6 +247,8 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     delta_target : [B] or scalar, float64 in (0, 1).
     spec : the round, batched over B.
     conditioning : "best", "others" (eq. 1) or "total" (eq. 5).
+    upper_hint : [B] or None, a point where the target is expected to be met (the
+        bracket is searched downward from it; a wrong hint only costs evaluations).
 
     Returns
     -------
@@ -232,32 +262,75 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         kw = dict(grid=grid, xtol=xtol, max_eps=max_eps)
         e_t = round_epsilon(t, spec, conditioning="total", **kw)
         probe = torch.where(torch.isfinite(e_t), e_t, torch.full_like(e_t, max_eps))
-        d_o, _ = round_delta(probe, spec, grid=grid, conditioning="others")
-        need = torch.nonzero((d_o <= t) | ~torch.isfinite(e_t)).reshape(-1)
+        rest = torch.arange(B, device=dev)
+        if spec.dim is not None and spec.dim > 1:
+            # Screen with d = 1 (1-D, cheap): u alone is a projection of the output, so
+            # eq. (1) in d dimensions is at least its d = 1 value, and the d = 1 lower
+            # bound exceeding the target means eq. (1)'s computed bound does too at e_t.
+            _, low1 = round_delta(probe, with_dim(spec, 1), conditioning="others")
+            rest = torch.nonzero(~(torch.isfinite(e_t) & (low1 > t))).reshape(-1)
+        need = rest[:0]
+        if rest.numel():
+            d_o, _ = round_delta(probe[rest], take_rows(spec, rest), grid=grid, conditioning="others")
+            need = rest[(d_o <= t[rest]) | ~torch.isfinite(e_t[rest])]
         if need.numel():
-            e_o = round_epsilon(t[need], take_rows(spec, need), conditioning="others", **kw)
+            e_o = round_epsilon(t[need], take_rows(spec, need), conditioning="others",
+                                upper_hint=probe[need], **kw)
             e_t[need] = torch.minimum(e_t[need], e_o)
         return e_t
     if conditioning == "best":
         conditioning = "others"
     cells = round_cells(spec, grid, conditioning)
+    everyone = torch.arange(B, device=dev)
 
-    def f(x):
-        up, _ = round_delta(x, spec, cells=cells, conditioning=conditioning)
-        return torch.log(up) - log_t
+    def f(x, rows=everyone):
+        """log delta(x) - log target for ``rows`` only (x: one value per row)."""
+        if rows.numel() == 0:
+            return x.clone()
+        whole = rows.numel() == B
+        sub = spec if whole else take_rows(spec, rows)
+        c = cells if whole else take_cells(cells, rows)
+        up, _ = round_delta(x, sub, cells=c, conditioning=conditioning)
+        return torch.log(up) - log_t[rows]
 
-    lo = torch.zeros(B, dtype=_DT, device=dev)
-    f_lo = f(lo)
-    zero = f_lo <= 0
-    hi = torch.ones(B, dtype=_DT, device=dev)
-    if spec.dim is not None and spec.dim > 1:
-        # Start from the dimension-free bound (closed form per n, cheap): it is an upper
-        # bound on delta, so its eps brackets ours from above.
-        free = RoundSpec(spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
-                         spec.channel_noise_var, spec.half_sensitivity, spec.law, None)
-        e_free = round_epsilon(t, free, xtol=1e-3, max_eps=max_eps, conditioning=conditioning)
-        hi = torch.where(torch.isfinite(e_free) & (e_free > 0), e_free, hi)
-    f_hi = f(hi)
+    def update(mask, values, fn, x):
+        """values with the rows in mask replaced by fn(x) evaluated on those rows only."""
+        rows = torch.nonzero(mask).reshape(-1)
+        out = values.clone()
+        out[rows] = fn(x[rows], rows)
+        return out
+
+    if upper_hint is None:
+        lo = torch.zeros(B, dtype=_DT, device=dev)
+        f_lo = f(lo)
+        zero = f_lo <= 0
+        hi = torch.ones(B, dtype=_DT, device=dev)
+        if spec.dim is not None and spec.dim > 1:
+            # Start from the dimension-free bound (closed form per n, cheap): it is an upper
+            # bound on delta, so its eps brackets ours from above.
+            e_free = round_epsilon(t, with_dim(spec, None), xtol=1e-3, max_eps=max_eps, conditioning=conditioning)
+            hi = torch.where(torch.isfinite(e_free) & (e_free > 0), e_free, hi)
+        f_hi = f(hi)
+    else:
+        # A point expected to meet the target: step down from it by relative steps xtol,
+        # 16 xtol, 256 xtol, ... until the target fails. A root within xtol of the hint
+        # (eq. (1) barely better than eq. (5)) is then bracketed in two evaluations.
+        hi = torch.as_tensor(upper_hint, dtype=_DT, device=dev).expand(B).clone()
+        f_hi = f(hi)
+        frac = torch.full_like(hi, xtol)
+        lo = hi * (1 - frac)
+        f_lo = f(lo)
+        for _ in range(64):
+            down = (f_lo <= 0) & (f_hi <= 0) & (lo > 0)
+            if not bool(down.any()):
+                break
+            hi, f_hi = torch.where(down, lo, hi), torch.where(down, f_lo, f_hi)
+            frac = torch.where(down, frac * 16, frac)
+            lo = torch.where(down, hi * (1 - frac).clamp(min=0.0), lo)
+            f_lo = update(down, f_lo, f, lo)
+        zero = (f_lo <= 0) & (lo <= 0)
+        hi = torch.where(f_hi <= 0, hi, torch.maximum(hi, torch.ones_like(hi)))
+        f_hi = update(f_hi > 0, f_hi, f, hi)
     while True:
         grow = (f_hi > 0) & ~zero & (hi < max_eps)
         if not bool(grow.any()):
@@ -265,7 +338,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         lo = torch.where(grow, hi, lo)
         f_lo = torch.where(grow, f_hi, f_lo)
         hi = torch.where(grow, 2 * hi, hi)
-        f_hi = torch.where(grow, f(hi), f_hi)
+        f_hi = update(grow, f_hi, f, hi)
     unbounded = (f_hi > 0) & ~zero
     active = ~zero & ~unbounded
     side = torch.zeros(B, dtype=torch.int8, device=dev)  # which end moved last: -1 lo, +1 hi
@@ -276,7 +349,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
         ok = torch.isfinite(x) & (x > lo) & (x < hi)
         x = torch.where(ok, x, 0.5 * (lo + hi))
-        fx = f(x)
+        fx = update(active, torch.zeros_like(x), f, x)
         below = fx <= 0  # x satisfies the target: new upper end
         hi_new = torch.where(below, x, hi)
         lo_new = torch.where(below, lo, x)

@@ -10,7 +10,8 @@ each grid point reports its worst row:
   (replacing a larger variance by a smaller one only helps the adversary). With uniform
   p and sigma this is one row with n ~ Binomial(K - 1, p).
 - local DP (:func:`local_rows`): n = 0 (the other users may collude with the server),
-  one row per distinct (p_k, sigma_k^2), at delta = p_k delta_l.
+  one row per noise group, charged its largest p_k at delta = p_k delta_l (it covers
+  every member: delta / p is non-decreasing in p).
 
 Inputs are flattened grids [B] (or [B, K] per user); all float64. See docs/privacy.md#exact.
 """
@@ -123,10 +124,15 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
 def local_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
                channel_noise_var: torch.Tensor, sensitivity: torch.Tensor, dim: int | None,
                delta_l: torch.Tensor, uniform: bool) -> RoundRows:
-    """Local-DP rows: one per distinct (p_k, sigma_k^2) with p_k > 0, target p_k delta_l.
+    """Local-DP rows: one per distinct sigma_k^2 among users with p_k > 0, charged the
+    group's largest p at target p delta_l.
 
     Parameters as in :func:`central_rows` (``uniform``: inputs are [B], one user type).
     n = 0: the other users may collude with the server and cancel their contributions.
+    Within a noise group delta(eps) / p is non-decreasing in p (joint convexity:
+    (1 - p) R + p P = (p/p') [(1 - p') R + p' P] + (1 - p/p') R), so the largest p's
+    epsilon at p delta_l is at least every member's at its own p_k delta_l, and its
+    profile dominates every member's pointwise.
     """
     dev = channel_noise_var.device
     half = 0.5 * sensitivity.to(_DT)
@@ -141,9 +147,10 @@ def local_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
         return RoundRows(spec=spec, point=keep, target=p[keep] * delta_l.to(_DT)[keep])
     rows, point, target = [], [], []
     for b in range(channel_noise_var.shape[0]):
-        pv = torch.stack([participation_prob[b].to(_DT), noise_var[b].to(_DT)], 1)
-        pv = pv[pv[:, 0] > 0]
-        for p, s2 in (torch.unique(pv, dim=0).tolist() if len(pv) else []):
+        p_b, s2_b = participation_prob[b].to(_DT), noise_var[b].to(_DT)
+        active = p_b > 0
+        for s2 in torch.unique(s2_b[active]).tolist():
+            p = float(p_b[active & (s2_b == s2)].max())
             rows.append((p, s2, 0.0, float(channel_noise_var[b]), float(half[b])))
             point.append(b)
             target.append(p * float(delta_l[b]))

@@ -1,17 +1,18 @@
 r"""Composition of numerically integrated round profiles by privacy-loss distributions.
 
-Each distinct round's upper bound delta_t(eps) (:func:`~otafl.privacy.analysis.ota_round.round_delta`)
-is evaluated on the fixed-gap grid eps_i = i * gap, i = 0..points, up to eps_max where
-delta_t(eps_max) <= 1e-3 * delta_target / T (the rest is left as the PLD's infinite mass,
-which is pessimistic). The round's pair is symmetric (u -> -u swaps P and Q), so for
-eps < 0, delta(eps) = 1 - e^eps + e^eps delta(-eps). With several rows (user groups or
-users) in a round, the pointwise maximum of their profiles is used. From these values
+Each distinct round's upper bound delta_t(eps) (:func:`round_profile`, the smaller of
+eqs. (1) and (5) of :mod:`~otafl.privacy.analysis.ota_round`) is evaluated on a fixed-gap
+grid eps_i = i * gap, i = 0..points, common to all rounds. The round's pair is symmetric
+(u -> -u swaps P and Q), so for eps < 0, delta(eps) = 1 - e^eps + e^eps delta(-eps). With
+several rows (user groups) in a round, the pointwise maximum of their profiles is used
+(it dominates every row, and a maximum of convex functions is convex). From these values
 dp_accounting builds the pessimistic connect-the-dots PLD (Doroshenko, Ghazi, Kamath,
 Kumar & Manurangsi 2022, Alg. 1), whose profile is the chord through the points, above
-every convex profile through (or below) them; the PLDs are composed by FFT and
-converted at delta_target. Since min(delta_(1), delta_(5)) need not be convex, its
-greatest convex minorant in e^eps is used (still above the true, convex, profile).
-dp_accounting is imported on first use. See docs/privacy.md#composition.
+every convex profile through (or below) them; the PLDs of the distinct rounds are
+self-composed with their multiplicities and composed by FFT (:func:`compose_profiles`),
+and epsilon is read at delta_target. Since min(delta_(1), delta_(5)) need not be convex,
+its greatest convex minorant in e^eps is used (still above the true, convex, profile).
+dp_accounting is imported on first use. See docs/privacy.md#pld-composition.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Sequence
 import torch
 
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
-from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, round_epsilon
+from otafl.privacy.analysis.count_law import lump_counts, total_count_law
+from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, take_rows, with_dim
 
-__all__ = ["lower_convex_envelope", "compose_round_profiles"]
+__all__ = ["lower_convex_envelope", "round_profile", "profile_grid", "compose_profiles"]
 
 _DT = torch.float64
 
@@ -59,57 +61,166 @@ def lower_convex_envelope(x, y):
     return np.interp(x, x[hull], y[hull])
 
 
-def compose_round_profiles(rounds: Sequence[tuple[RoundSpec, int]], *, delta_target: float, points: int = 64,
-                           grid: CellGrid = DEFAULT_GRID, chunk: int = 8) -> tuple[float, float]:
-    """Total epsilon at ``delta_target`` of rounds given as (RoundSpec, repetitions) pairs.
+def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
+                  probe_delta: float | None = None, slack: float = 1e-3, stride: int = 1,
+                  lump: float = 0.01, max_elements: int = 1 << 16) -> torch.Tensor:
+    """Upper bound on each row's profile at the points ``eps`` (increasing): eq. (5), and eq. (1) where it helps.
+
+    Both equations bound the same delta, so any pointwise choice between them, or any
+    chord between upper bounds (the true profile is convex in e^eps), is an upper bound.
+    Eq. (5) (one-dimensional when the noises are equal) is evaluated everywhere. Eq. (1)
+    needs the s cells in d dimensions (costly), so there it enters only
+
+    - for rows where its d = 1 lower bound is below eq. (5) at some point (elsewhere it
+      cannot be smaller: u alone is a projection of the d-dimensional output); with
+      ``probe_delta``, only for rows where that holds at the probe point (the first grid
+      point where eq. (5) is <= ``probe_delta``) and eq. (1) is smaller there by enough to
+      save more than a relative ``slack`` of that epsilon (estimated from eq. (5)'s
+      log-slope);
+    - evaluated at every ``stride``-th point (and the last) and, in between, replaced by
+      its chord in e^eps (above the convex true profile), with the law of n lumped into
+      blocks over which the absent variance grows by at most a relative ``lump``
+      (:func:`_others_upper`).
+
+    In d = 1 or with ``dim=None`` eq. (1) is cheap and the result is min(delta_(1),
+    delta_(5)) at every point, as ``round_delta(conditioning="best")``.
 
     Parameters
     ----------
-    rounds : the distinct rounds, each a RoundSpec of R >= 0 rows (the round's profile is
-        the maximum over rows; R = 0: nobody can take part, no leakage) and how many times
-        it occurs; T = the sum of the repetitions.
-    delta_target : total delta of the run, in (0, 1).
-    points : grid points on [0, eps_max] (the gap is eps_max / points, common to all
-        rounds). The chords make the result pessimistic by ~0.2% in eps at 50 points
-        (checked against the Gaussian mechanism composed in closed form).
-    chunk : eps points per batched evaluation (memory).
+    eps : [E], float64 >= 0, increasing.
+    spec : R rows.
+    max_elements : chunk size in (row, eps, count, cell) elements (memory).
 
     Returns
     -------
-    (epsilon, gap) : floats; gap is the PLD's discretisation interval (nan when no PLD
-    was built: epsilon +inf where some round's profile never reaches the floor, 0 where
-    no round has a row).
+    [R, E] float64 in [0, 1].
+    """
+    eps = torch.as_tensor(eps, dtype=_DT).reshape(-1)
+    R, E = spec.participation_prob.shape[0], eps.numel()
+    if R == 0:
+        return torch.empty(R, E, dtype=_DT)
+    N = spec.law.weight.shape[1]
+    if total_count_law(spec.law, spec.participation_prob) is None:  # blocks: eq. (1) only
+        return _others_upper(eps, spec, torch.arange(R), grid, max_elements)
+    rows = max(1, max_elements // max(1, E * (N + 1)))
+    up = torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E), take_rows(spec, torch.arange(s, min(R, s + rows))),
+                                conditioning="total")[0] for s in range(0, R, rows)])
+    if spec.dim is None or spec.dim <= 1:
+        low = torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E),
+                                     take_rows(spec, torch.arange(s, min(R, s + rows))), conditioning="others")[0]
+                         for s in range(0, R, rows)])
+        return torch.minimum(up, low)
+    def d1_lower(e):  # eq. (1) in d = 1, a lower bound on eq. (1) in d dimensions; e [R, E']
+        return torch.cat([round_delta(e[s:s + rows], take_rows(with_dim(spec, 1), torch.arange(s, min(R, s + rows))),
+                                      conditioning="others")[1] for s in range(0, R, rows)])
+
+    if probe_delta is None:
+        cand = torch.nonzero((d1_lower(eps.expand(R, E)) < up).any(1)).reshape(-1)
+    else:
+        below = up <= probe_delta
+        at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
+        up_at = up.gather(1, at[:, None])[:, 0]
+        cand = torch.nonzero(d1_lower(eps[at][:, None])[:, 0] < up_at).reshape(-1)
+        if cand.numel():
+            d_probe = _others_upper(eps[at[cand]][:, None], spec, cand, grid, max_elements, lump)[:, 0]
+            # The epsilon eq. (1) saves at the probe, from eq. (5)'s log-slope there.
+            prev = (at[cand] - 1).clamp(min=0)
+            slope = (torch.log(up[cand, prev]) - torch.log(up_at[cand])) / (eps[at[cand]] - eps[prev]).clamp(min=1e-300)
+            saved = torch.log(up_at[cand] / d_probe) / slope
+            cand = cand[(d_probe < up_at[cand]) & ~(saved <= slack * eps[at[cand]])]
+    if cand.numel():
+        sparse = torch.unique(torch.cat([torch.arange(0, E, max(1, stride)), torch.tensor([E - 1])]))
+        u1 = _others_upper(eps[sparse], spec, cand, grid, max_elements, lump)
+        x = torch.exp(eps)
+        seg = (torch.searchsorted(sparse, torch.arange(E), right=True) - 1).clamp(max=len(sparse) - 2)
+        if len(sparse) == 1:
+            full = u1.expand(-1, E)
+        else:
+            xa, xb = x[sparse[seg]], x[sparse[seg + 1]]
+            frac = ((x - xa) / (xb - xa)).clamp(0.0, 1.0)
+            full = u1[:, seg] + (u1[:, seg + 1] - u1[:, seg]) * frac
+            full[:, sparse] = u1
+        up[cand] = torch.minimum(up[cand], full)
+    return up
+
+
+def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: CellGrid,
+                  max_elements: int, lump: float = 0.0) -> torch.Tensor:
+    """Eq. (1)'s upper bound for ``rows`` of ``spec`` at ``eps`` ([E] common, or [len(rows), E]).
+
+    With ``lump > 0`` each row's law of n is coarsened first (:func:`lump_counts`): blocks
+    of consecutive n over which the absent variance n sigma_o^2 + ch grows by at most a
+    relative ``lump``, each charged at its smallest n (safe: eq. (1)'s terms do not
+    increase with n). The cells are built once per chunk of rows; rows and eps columns
+    are chunked to about ``max_elements`` (row, eps, count, cell) elements.
+    """
+    if lump > 0 and len(rows):
+        so2 = spec.others_noise_var[rows]
+        var = spec.law.n_first[rows, 0] * so2 + spec.channel_noise_var[rows]
+        width = torch.where(so2 > 0, lump * var / so2.clamp(min=1e-300), torch.zeros_like(so2)).floor()
+        wide = torch.nonzero(width >= 2).reshape(-1)
+        if wide.numel():
+            out = torch.empty(len(rows), eps.shape[-1], dtype=_DT)
+            rest = torch.nonzero(width < 2).reshape(-1)
+            if rest.numel():
+                out[rest] = _others_upper(eps if eps.dim() == 1 else eps[rest], spec, rows[rest], grid, max_elements)
+            for i in wide.tolist():
+                one = take_rows(spec, rows[i:i + 1])
+                one = RoundSpec(one.participation_prob, one.own_noise_var, one.others_noise_var,
+                                one.channel_noise_var, one.half_sensitivity,
+                                lump_counts(one.law, int(width[i])), one.dim)
+                out[i] = _others_upper(eps if eps.dim() == 1 else eps[i:i + 1], one, torch.tensor([0]), grid,
+                                       max_elements)[0]
+            return out
+    N = spec.law.weight.shape[1]
+    J = grid.quantile_cells + grid.posterior_cells + 4 if spec.dim is not None and spec.dim > 1 else 2
+    E = eps.shape[-1]
+    per_row = N * J
+    step = max(1, max_elements // max(1, per_row * min(E, 8)))
+    cols = max(1, max_elements // max(1, per_row * step))
+    out = []
+    for s in range(0, len(rows), step):
+        idx = rows[s:s + step]
+        sub = take_rows(spec, idx)
+        cells = round_cells(sub, grid, "others")
+        e = eps.expand(len(idx), E) if eps.dim() == 1 else eps[s:s + step]
+        out.append(torch.cat([round_delta(e[:, i:i + cols], sub, cells=cells, conditioning="others")[0]
+                              for i in range(0, E, cols)], dim=1))
+    return torch.cat(out) if out else torch.empty(0, E, dtype=_DT)
+
+
+def profile_grid(eps_max: float, points: int) -> tuple[float, torch.Tensor]:
+    """The common grid: gap = max(eps_max, 1e-6) / points and eps_i = i gap, i = 0..points."""
+    gap = max(eps_max, 1e-6) / points
+    return gap, gap * torch.arange(points + 1, dtype=_DT)
+
+
+def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float,  # noqa: F821
+                     delta_target: float) -> float:
+    """Total epsilon at ``delta_target`` of rounds given by their profiles on the common grid.
+
+    Parameters
+    ----------
+    profiles : (delta at eps_i = i gap for i = 0..points, repetitions) per distinct
+        round; upper bounds on a symmetric pair's profile. Beyond the last point the
+        remaining mass is left as infinite privacy loss (pessimistic).
+    gap : the grid's interval (the PLD's discretisation).
+    delta_target : total delta, in (0, 1).
+
+    Returns
+    -------
+    epsilon : float (0 when there is no round).
     """
     import numpy as np
     from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-    T = sum(count for _, count in rounds)
-    floor = 1e-3 * delta_target / T
-    prepared = []
-    eps_max = 0.0
-    for spec, count in rounds:
-        if spec.participation_prob.numel() == 0:
-            continue  # nobody can take part: no leakage
-        target = torch.full_like(spec.participation_prob, floor, dtype=_DT)
-        e_hi = float(round_epsilon(target, spec, grid=grid, xtol=1e-3).max())
-        if not math.isfinite(e_hi):
-            return math.inf, math.nan
-        eps_max = max(eps_max, e_hi)
-        prepared.append((spec, count))
-    if not prepared:
-        return 0.0, math.nan
-    gap = max(eps_max, 1e-6) / points
-    eps_grid = gap * torch.arange(points + 1, dtype=_DT)
     total = None
-    for spec, count in prepared:
-        cells = round_cells(spec, grid)
-        R = spec.law.weight.shape[0]
-        e_all = eps_grid.to(spec.participation_prob.device)
-        pos = torch.cat([round_delta(e_all[i:i + chunk].expand(R, -1), spec, cells=cells)[0].amax(0)
-                         for i in range(0, points + 1, chunk)]).cpu().numpy()
+    for pos, count in profiles:
+        pos = np.asarray(pos, dtype=np.float64)
+        points = len(pos) - 1
+        e_np = gap * np.arange(points + 1)
         pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
-        e_np = eps_grid.numpy()
         pos = lower_convex_envelope(np.exp(e_np), pos)
         neg = 1.0 - np.exp(-e_np) + np.exp(-e_np) * pos  # delta(-eps_i)
         deltas = np.concatenate([neg[::-1], pos[1:]])
@@ -117,4 +228,7 @@ def compose_round_profiles(rounds: Sequence[tuple[RoundSpec, int]], *, delta_tar
         pld = PrivacyLossDistribution(pmf)
         pld = pld.self_compose(count) if count > 1 else pld
         total = pld if total is None else total.compose(pld)
-    return float(total.get_epsilon_for_delta(delta_target)), gap
+    if total is None:
+        return 0.0
+    eps = float(total.get_epsilon_for_delta(delta_target))
+    return eps if math.isfinite(eps) else math.inf

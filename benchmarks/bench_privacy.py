@@ -1,0 +1,195 @@
+"""Time the ``exact`` accountant over a 1000-round paper-preset run: cached rounds and PLD totals.
+
+The run's rounds come from a bounds-only run (``run_experiment(spec, train=False)``) of
+``experiments/paper-mnist.toml`` (K = 200 in three SNR groups, AR Rician fading, uniform
+p = 0.5, N0 = 1, d = 7850) with ``privacy.accountants = []``: its per-round
+:class:`~otafl.privacy.facts.RoundFacts` are captured where the loop hands them to
+``account_run``. Then, side by side in this process, on one torch thread:
+
+- ``exact_round_ms_cached``: the per-round epsilons (central and local) of all rounds
+  through the run engine (:mod:`otafl.privacy.accountants.exact_run`: rows rounded to
+  the pessimistic grids, each distinct row computed once), caches cleared first, divided
+  by the number of rounds;
+- ``exact_round_ms_uncached``: the per-round path without grids or cache,
+  :func:`~otafl.privacy.accountants.exact.exact_round` on one round at a time, on the
+  first ``--uncached-rounds`` rounds;
+- ``exact_total_s_1000_rounds``: the PLD totals (central and local) of all rounds;
+- ``exact_total_vs_reference``: central total of the first ``--reference-rounds`` rounds
+  over a reference (the same rounds unrounded, composed with a 4x finer PLD grid);
+  ``exact_total_vs_reference_local`` the same for local DP;
+- ``account_run_s``: a whole ``account_run(..., accountants=["exact"])`` (caches cleared,
+  measured first), and ``rss_growth_mib`` the largest growth of this process's resident
+  memory during it (sampled every 5 ms); ``peak_rss_mib`` the process's peak at the end
+  (the bounds-only run included).
+
+Times are CPU seconds of this process (``time.process_time``; one thread, so they are the
+work done, not the machine's load); ``*_wall`` keys give wall-clock seconds.
+
+    python benchmarks/bench_privacy.py            # table
+    python benchmarks/bench_privacy.py --json     # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sys
+import time
+
+import torch
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_facts(spec_path: str, rounds: int, overrides: list[str]) -> list:
+    """The RoundFacts of a bounds-only run (captured where the loop calls account_run)."""
+    import otafl.fl.loop as loop
+    from otafl.config import load_spec
+
+    captured: dict = {}
+    original = loop.account_run
+
+    def capture(facts, **kwargs):
+        captured["facts"] = list(facts)
+        return original(facts, **kwargs)
+
+    spec = load_spec(spec_path, ["privacy.accountants=[]", f"train.rounds={rounds}", *overrides])
+    loop.account_run = capture
+    try:
+        loop.run_experiment(spec, train=False)
+    finally:
+        loop.account_run = original
+    return captured["facts"]
+
+
+def _rss_mib() -> float:
+    """Current resident memory of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return 0.0
+
+
+def rss_growth(fn):
+    """fn() and the largest growth of the resident memory over its start, sampled every 5 ms."""
+    import threading
+
+    start, peak, done = _rss_mib(), [0.0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib() - start)
+            done.wait(0.005)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        out = fn()
+    finally:
+        done.set()
+        thread.join()
+    return out, max(peak[0], _rss_mib() - start)
+
+
+def timed(fn):
+    c0, w0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return out, time.process_time() - c0, time.perf_counter() - w0
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", default="experiments/paper-mnist.toml")
+    ap.add_argument("--rounds", type=int, default=1000)
+    ap.add_argument("--uncached-rounds", type=int, default=10)
+    ap.add_argument("--reference-rounds", type=int, default=100)
+    ap.add_argument("--delta-l", type=float, default=1e-5)
+    ap.add_argument("--set", action="append", default=[], help="spec override, e.g. sampling.scheme=channel-aware")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    from otafl.privacy.accountants import account_run
+    from otafl.privacy.accountants import exact_run as engine
+    from otafl.privacy.accountants.exact import compose_exact, exact_round
+
+    facts = run_facts(args.spec, args.rounds, args.set)
+    T, dl = len(facts), args.delta_l
+    account_run(facts[:2], accountants=["exact"], delta_l=dl)  # imports and first-use costs, not timed
+    out: dict = {"rounds": T, "users": int(facts[0].participation_prob.numel()), "dim": int(facts[0].dim),
+                 "threads": torch.get_num_threads(), "clock": "process_time (CPU s)"}
+
+    # A whole account_run first (caches cleared).
+    engine.clear_caches()
+    (result, cpu, wall), growth = rss_growth(lambda: timed(lambda: account_run(facts, accountants=["exact"],
+                                                                               delta_l=dl)))
+    out["account_run_s"], out["account_run_s_wall"] = cpu, wall
+    out["rss_growth_mib"] = growth
+    ex = result["exact"]
+    out["summary"] = {k: v for k, v in ex.summary_fields().items() if "total" in k or "composition" in k}
+    # Per-round epsilons through the engine (cold cache).
+    engine.clear_caches()
+
+    def per_round():
+        keys = {kind: engine.run_row_keys(facts, kind) for kind in ("central", "local")}
+        for kind in keys:
+            engine.row_epsilons([k for ks in keys[kind] for k in ks], dl)
+        return keys
+
+    keys, cpu, wall = timed(per_round)
+    out["exact_round_ms_cached"] = 1e3 * cpu / T
+    out["exact_round_ms_cached_wall"] = 1e3 * wall / T
+    out["distinct_rows_central"] = len({k for ks in keys["central"] for k in ks})
+    out["distinct_rows_local"] = len({k for ks in keys["local"] for k in ks})
+
+    # The per-round path without grids or cache, one round at a time.
+    n_u = min(args.uncached_rounds, T)
+
+    def uncached():
+        for f in facts[:n_u]:
+            exact_round(participation_prob=f.participation_prob[None], noise_var=f.noise_var[None],
+                        alignment_gain=f.alignment_gain, n0=f.n0, sensitivity=f.sensitivity, delta_l=dl, dim=f.dim)
+
+    _, cpu, wall = timed(uncached)
+    out["exact_round_ms_uncached"] = 1e3 * cpu / n_u
+    out["exact_round_ms_uncached_wall"] = 1e3 * wall / n_u
+    out["speedup_cached"] = out["exact_round_ms_uncached"] / out["exact_round_ms_cached"]
+
+    # PLD totals of the whole run (targets as account_run's defaults).
+    target_c = (T + 1) * dl
+    target_l = float(sum(float(f.participation_prob.max()) for f in facts)) * dl + dl
+
+    def totals():
+        return (engine.compose_exact_rounds(keys["central"], delta_target=target_c)["epsilon"],
+                engine.compose_exact_rounds(keys["local"], delta_target=target_l)["epsilon"])
+
+    (tot_c, tot_l), cpu, wall = timed(totals)
+    out["exact_total_s_1000_rounds"] = cpu
+    out["exact_total_s_1000_rounds_wall"] = wall
+    out["exact_epsilon_central_total"], out["exact_epsilon_local_total"] = tot_c, tot_l
+
+    # Accuracy on the first rounds: ours (grids, 64 points) over unrounded rounds at 256 points.
+    n_r = min(args.reference_rounds, T)
+    sub = facts[:n_r]
+    for kind, target in (("central", (n_r + 1) * dl), ("local", 0.5 * n_r * dl + dl)):
+        ours = compose_exact(sub, delta_target=target, kind=kind)["epsilon"]
+        ref = compose_exact(sub, delta_target=target, kind=kind, points=256, resolution=engine.NO_ROUNDING)["epsilon"]
+        out["exact_total_vs_reference" + ("" if kind == "central" else "_local")] = ours / ref
+
+    out["peak_rss_mib"] = _peak_mib()
+    out["torch"] = torch.__version__
+    if args.json:
+        print(json.dumps(out, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
+    else:
+        for key, value in out.items():
+            print(f"{key:36s} {value:.4g}" if isinstance(value, float) else f"{key:36s} {value}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

@@ -1,0 +1,316 @@
+r"""The ``exact`` accountant over a whole run: rounded, cached rounds and PLD totals.
+
+A run's rounds are turned into *rows* (one per noise group of users the adversary might
+attack, as in :mod:`otafl.privacy.analysis.ota_rows`), each described by a hashable key.
+Quantities that change between rounds are rounded first, in the direction that can only
+increase the leakage (:mod:`otafl.privacy.analysis.round_grid`; docs/privacy.md#exact-caching):
+the channel noise N0 / c_t^2 down, a local row's own p up; the others' participation
+probabilities are never rounded. Rows with equal keys are computed once:
+
+- :func:`row_epsilons`: each distinct row's epsilon at its target delta, batched, kept in
+  a module-level LRU (across runs);
+- :func:`compose_exact_rounds`: the run's total epsilon by privacy-loss distributions,
+  each distinct round (its rows' pointwise-maximum profile) composed with its
+  multiplicity (:mod:`otafl.privacy.analysis.pld`). ``otafl audit --rounds`` and
+  :func:`~otafl.privacy.accountants.run.account_run` both call it, so they agree.
+
+Central rows: users are grouped by their own sigma_k^2 (among users with p_k > 0); a group
+is charged its largest p and the law of the others without that user (which covers every
+member, docs/privacy.md#exact-heterogeneous-users). Local rows: n = 0, one per noise group,
+charged the group's largest p at target p delta_l (delta / p is non-decreasing in p, so that
+row's epsilon covers every member, and its profile dominates every member's pointwise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+import torch
+
+from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
+from otafl.privacy.analysis.concentration import poisson_binomial_pmf
+from otafl.privacy.analysis.count_law import (
+    CountLaw,
+    binomial_count_law,
+    local_count_law,
+    pmf_count_law,
+    stack_laws,
+    total_count_law,
+)
+from otafl.privacy.analysis.ota_round import RoundSpec, round_epsilon
+from otafl.privacy.analysis.round_grid import round_probability_up, round_variance_down
+from otafl.privacy.facts import RoundFacts
+
+__all__ = ["Resolution", "DEFAULT_RESOLUTION", "NO_ROUNDING", "round_row_keys", "run_row_keys", "row_epsilons",
+           "exact_round_epsilons", "compose_exact_rounds", "clear_caches"]
+
+_DT = torch.float64
+_FLOOR_TAIL = 1e-12  # tail of the others' law whose smallest count sets the channel grid's floor
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Relative steps of the pessimistic grids (0 = no rounding).
+
+    ``channel``: N0 / c_t^2 is rounded down on a geometric grid of ratio 1 + channel (in
+    ch + floor, see :func:`~otafl.privacy.analysis.round_grid.round_variance_down`);
+    ``probability``: a local row's own p is rounded up on a geometric grid of ratio
+    1 + probability. At the defaults a round's epsilon grows by at most ~0.9 % (checked in
+    tests/test_privacy_exact_run.py), and the rounds of a paper-preset run fall into a few
+    dozen central and a few hundred local cells.
+    """
+
+    channel: float = 0.01
+    probability: float = 0.005
+
+
+DEFAULT_RESOLUTION = Resolution()
+NO_ROUNDING = Resolution(0.0, 0.0)
+
+
+# ---------------------------------------------------------------- row keys
+
+
+@lru_cache(maxsize=2048)
+def _pmf(law_key: tuple) -> torch.Tensor:
+    """The Poisson-binomial pmf of a ("pb", others' p) key (cached: several tails use it)."""
+    return poisson_binomial_pmf(torch.tensor([law_key[1]], dtype=_DT))
+
+
+@lru_cache(maxsize=4096)
+def _law(law_key: tuple, tail: float) -> CountLaw:
+    """The law of the others' count for a law key (cached; identical to ota_rows' laws)."""
+    kind = law_key[0]
+    if kind == "none":
+        return local_count_law(1)
+    if kind == "binom":
+        return binomial_count_law(torch.tensor([law_key[2]], dtype=_DT), law_key[1], tail_mass=tail)
+    return pmf_count_law(_pmf(law_key), tail_mass=tail)
+
+
+def _channel_noise(f: RoundFacts) -> float:
+    c = float(f.alignment_gain)
+    if f.n0 == 0:
+        return 0.0
+    return math.inf if c == 0 else float(f.n0) / (c * c)
+
+
+@lru_cache(maxsize=64)
+def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
+    """The round's rows as far as the sampling decides them (cached by the raw bytes).
+
+    Central: (p_own, sigma_own^2, sigma_o^2, law_key, smallest n of the law's window);
+    local: (largest p of the noise group, sigma^2).
+    """
+    import numpy as np
+
+    p, s2 = np.frombuffer(p_bytes), np.frombuffer(s2_bytes)
+    active = p > 0
+    groups = np.unique(s2[active]).tolist()
+    if kind == "local":
+        return tuple((float(p[active & (s2 == v)].max()), float(v)) for v in groups)
+    s_min = float(s2[active].min())
+    rows = []
+    for v in groups:
+        members = np.nonzero(active & (s2 == v))[0]
+        j = int(members[np.argmax(p[members])])
+        others = np.concatenate([p[:j], p[j + 1:]])
+        if others.size == 0:
+            law_key: tuple = ("none",)
+        elif bool((others == others[0]).all()):
+            law_key = ("binom", int(others.size), float(others[0]))
+        else:
+            law_key = ("pb", tuple(others.tolist()))
+        rows.append((float(p[j]), float(v), s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0])))
+    return tuple(rows)
+
+
+def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RESOLUTION) -> tuple:
+    """The rows of one round as hashable keys (rounded as ``resolution`` says).
+
+    Central key: ``("c", p_own, sigma_own^2, sigma_o^2, ch, a, dim, law_key)`` with
+    ``law_key`` ``("none",)``, ``("binom", n_others, p)`` or ``("pb", others' p)``; the
+    channel noise ch is rounded down on the grid of ch + sigma_o^2 n_lo (n_lo the smallest
+    count in the others' window at tail 1e-12, so every variance of the bound moves by at
+    most the resolution). Local key: ``("l", p, sigma^2, ch, a, dim)``, p rounded up and ch
+    rounded down. No row when nobody can take part, or when the channel noise is infinite
+    (c_t = 0 with N0 > 0: nothing is received).
+    """
+    import numpy as np
+
+    p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
+                             dtype=np.float64)
+    s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1).numpy(),
+                                              p.shape), dtype=np.float64)
+    ch = _channel_noise(f)
+    if not bool((p > 0).any()) or math.isinf(ch):
+        return ()
+    a, dim = 0.5 * float(f.sensitivity), int(f.dim)
+    rows = _sampling_rows(p.tobytes(), s2.tobytes(), kind)
+    if kind == "local":
+        ch_r = round_variance_down(ch, resolution=resolution.channel)
+        return tuple(("l", round_probability_up(pk, resolution=resolution.probability), v, ch_r, a, dim)
+                     for pk, v in rows)
+    return tuple(("c", pk, v, s_min, round_variance_down(ch, floor=s_min * n_lo, resolution=resolution.channel),
+                  a, dim, law_key) for pk, v, s_min, law_key, n_lo in rows)
+
+
+def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution = DEFAULT_RESOLUTION
+                 ) -> list[tuple]:
+    """:func:`round_row_keys` of every round, rounding only what varies over the rounds.
+
+    A grid only pays where a quantity takes several values: the channel noise is rounded
+    only if it is not the same in every round, a local row's p only if the local rows' p
+    are not all equal. So identical rounds (``otafl audit --rounds``, or a run with N0 = 0
+    and fixed sampling) are not rounded at all, and a run with fixed sampling keeps its p.
+    The same facts object is keyed once.
+    """
+    import numpy as np
+
+    chs = {_channel_noise(f) for f in facts}
+    res = Resolution(resolution.channel if len(chs) > 1 else 0.0, 0.0)
+    if kind == "local" and resolution.probability > 0:
+        ps = set()
+        for f in {id(f): f for f in facts}.values():
+            p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
+                                     dtype=np.float64)
+            s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1)
+                                                      .numpy(), p.shape), dtype=np.float64)
+            if (p > 0).any():
+                ps.update(pk for pk, _ in _sampling_rows(p.tobytes(), s2.tobytes(), "local"))
+        if len(ps) > 1:
+            res = Resolution(res.channel, resolution.probability)
+    seen: dict[int, tuple] = {}
+    return [seen.setdefault(id(f), round_row_keys(f, kind, res)) for f in facts]
+
+
+def _spec(keys: Sequence[tuple], tail: float) -> RoundSpec:
+    """One RoundSpec for keys of one kind and one dimension."""
+    t = lambda i: torch.tensor([k[i] for k in keys], dtype=_DT)  # noqa: E731
+    if keys[0][0] == "c":
+        return RoundSpec(participation_prob=t(1), own_noise_var=t(2), others_noise_var=t(3),
+                         channel_noise_var=t(4), half_sensitivity=t(5),
+                         law=stack_laws([_law(k[7], tail) for k in keys]), dim=keys[0][6])
+    return RoundSpec(participation_prob=t(1), own_noise_var=t(2),
+                     others_noise_var=torch.zeros(len(keys), dtype=_DT), channel_noise_var=t(3),
+                     half_sensitivity=t(4), law=local_count_law(len(keys)), dim=keys[0][5])
+
+
+def _batches(keys: Sequence[tuple], size: int = 256):
+    """Keys grouped by (kind, dim), in batches of at most ``size``."""
+    by: dict[tuple, list] = {}
+    for k in keys:
+        by.setdefault((k[0], k[6] if k[0] == "c" else k[5]), []).append(k)
+    for group in by.values():
+        for i in range(0, len(group), size):
+            yield group[i:i + size]
+
+
+# ---------------------------------------------------------------- per-round epsilon
+
+
+_EPS_CACHE: OrderedDict = OrderedDict()
+_EPS_CACHE_SIZE = 4096
+
+
+def clear_caches() -> None:
+    """Forget every cached row epsilon and count law (for timing the uncached path)."""
+    _EPS_CACHE.clear()
+    _law.cache_clear()
+    _pmf.cache_clear()
+    _sampling_rows.cache_clear()
+
+
+def row_epsilons(keys: Sequence[tuple], delta_l: float, *, grid: CellGrid = DEFAULT_GRID) -> dict:
+    """Epsilon of each distinct row key at its target (delta_l central, p delta_l local).
+
+    The law of n keeps all but min(1e-12, 1e-6 delta_l) (as :func:`exact_round`). Results
+    are kept in a module-level LRU of 4096 rows, so repeated rows (within and across runs)
+    are computed once.
+    """
+    out, missing = {}, []
+    for k in dict.fromkeys(keys):
+        hit = _EPS_CACHE.get((k, delta_l, grid))
+        if hit is None:
+            missing.append(k)
+        else:
+            _EPS_CACHE.move_to_end((k, delta_l, grid))
+            out[k] = hit
+    tail = min(1e-12, 1e-6 * delta_l)
+    for batch in _batches(missing):
+        spec = _spec(batch, tail)
+        target = torch.full((len(batch),), delta_l, dtype=_DT)
+        if batch[0][0] == "l":
+            target = target * spec.participation_prob
+        for k, e in zip(batch, round_epsilon(target, spec, grid=grid).tolist()):
+            out[k] = e
+            _EPS_CACHE[(k, delta_l, grid)] = e
+    while len(_EPS_CACHE) > _EPS_CACHE_SIZE:
+        _EPS_CACHE.popitem(last=False)
+    return out
+
+
+def exact_round_epsilons(facts: Sequence[RoundFacts], *, delta_l: float, kind: str,
+                         resolution: Resolution = DEFAULT_RESOLUTION, grid: CellGrid = DEFAULT_GRID
+                         ) -> list[float]:
+    """Per-round epsilon (worst row; 0 for a round without rows) of ``kind`` central|local."""
+    keys = run_row_keys(facts, kind, resolution)
+    eps = row_epsilons([k for ks in keys for k in ks], delta_l, grid=grid)
+    return [max((eps[k] for k in ks), default=0.0) for ks in keys]
+
+
+# ---------------------------------------------------------------- totals
+
+
+def _eps_max(spec: RoundSpec, floor: float, grid: CellGrid) -> float:
+    """Largest eps over rows where an upper bound on delta reaches ``floor`` (eq. (5) when it
+    exists: it is above min(eq. (1), eq. (5)), so the profile is below floor there too)."""
+    cond = "total" if total_count_law(spec.law, spec.participation_prob) is not None else "others"
+    target = torch.full((spec.participation_prob.shape[0],), floor, dtype=_DT)
+    return float(round_epsilon(target, spec, grid=grid, conditioning=cond, xtol=1e-3).max())
+
+
+def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points: int = 64,
+                         grid: CellGrid = DEFAULT_GRID) -> dict:
+    """Total epsilon at ``delta_target`` of rounds given as tuples of row keys (PLD).
+
+    A round's profile is the pointwise maximum of its rows' upper bounds (it dominates
+    every user), evaluated on eps_i = i gap, i = 0..points, with gap = eps_max / points
+    and eps_max the largest eps where some row's bound is still above
+    1e-3 delta_target / T; the rest of each round's mass is left as infinite loss. The
+    law of n keeps all but min(1e-15, 1e-6 delta_target). Distinct rounds are composed
+    with their multiplicities (:func:`otafl.privacy.analysis.pld.compose_profiles`).
+
+    Returns
+    -------
+    dict: ``epsilon`` (float; +inf if a row's bound never reaches the floor, 0 without
+    rows), ``gap`` (nan when no PLD was built), ``distinct_rounds``, ``distinct_rows``.
+    """
+    import numpy as np
+
+    from otafl.privacy.analysis.pld import compose_profiles, profile_grid, round_profile
+
+    counts: dict[tuple, int] = {}
+    for r in rounds:
+        counts[r] = counts.get(r, 0) + 1
+    T = len(rounds)
+    rows = list(dict.fromkeys(k for r in counts for k in r))
+    info = {"distinct_rounds": len(counts), "distinct_rows": len(rows)}
+    if not rows:
+        return {"epsilon": 0.0, "gap": math.nan, **info}
+    tail = min(1e-15, 1e-6 * delta_target)
+    specs = [(batch, _spec(batch, tail)) for batch in _batches(rows)]
+    e_max = max(_eps_max(spec, 1e-3 * delta_target / T, grid) for _, spec in specs)
+    if not math.isfinite(e_max):
+        return {"epsilon": math.inf, "gap": math.nan, **info}
+    gap, eps = profile_grid(e_max, points)
+    prof = {}
+    for batch, spec in specs:
+        for k, values in zip(batch, round_profile(eps, spec, grid=grid, probe_delta=delta_target / T).numpy()):
+            prof[k] = values
+    profiles = [(np.max([prof[k] for k in r], axis=0), c) for r, c in counts.items() if r]
+    return {"epsilon": compose_profiles(profiles, gap=gap, delta_target=delta_target), "gap": gap, **info}
