@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from otafl.device import DEVICES
-
+from otafl.sweep.executor import DEFAULT_EXECUTOR, EXECUTORS
 from otafl.sweep.grid import DEFAULT_MAX_POINTS
 
 
@@ -29,8 +29,15 @@ def _forget_caught_interrupt() -> None:
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Results file (SQLite) [default: runs/<spec name>.sqlite].")
-@click.option("--workers", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Worker processes, one torch thread each; 0 runs in this process.")
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Worker processes, one torch thread each; 0 runs in this process [default: 1]. "
+                   "With --executor ray: at most this many Ray tasks at once [default: the cluster's CPUs].")
+@click.option("--executor", type=click.Choice(list(EXECUTORS)), default=DEFAULT_EXECUTOR, show_default=True,
+              help="process: a pool of worker processes on this machine; ray: one Ray task per run, on a "
+                   "local Ray instance or the cluster at --address (needs pip install -e \".[ray]\").")
+@click.option("--address", default=None, metavar="auto|HOST:PORT",
+              help="With --executor ray: the Ray cluster to join (auto: $RAY_ADDRESS, else the cluster that "
+                   "`ray start` started on this machine) [default: start a local Ray instance for this sweep].")
 @click.option("--resume", is_flag=True,
               help="Continue a sweep in an existing results file: skip done runs, rerun running/failed ones.")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
@@ -43,7 +50,7 @@ def _forget_caught_interrupt() -> None:
 @click.option("--max-points", type=click.IntRange(min=1), default=DEFAULT_MAX_POINTS, show_default=True,
               help="Refuse a larger grid (counted from the axis lengths before any point is built).")
 @click.pass_context
-def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet, max_points):
+def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device, dry_run, quiet, max_points):
     """Run every point of the [sweep] grid in SPEC and store each finished run in OUT.
 
     The grid is the product of [sweep.axes] (any section.key of the spec) plus the
@@ -52,8 +59,12 @@ def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet, ma
     an interrupted sweep loses only the runs in flight: rerun with --resume. The results
     file remembers its sweep: --resume with another spec, axes, seeds or --set values is
     refused.
+
+    With --executor ray each run is a Ray task (one CPU, one torch thread) on a local Ray
+    instance started for the sweep, or on the cluster at --address; this process alone
+    writes OUT. Every machine of a cluster needs otafl installed and the data available.
     """
-    from otafl.sweep.executor import SweepAborted, pending_points, run_sweep
+    from otafl.sweep.executor import SweepAborted, check_executor, pending_points, run_sweep
     from otafl.sweep.grid import grid_identity, load_grid, point_label
     from otafl.sweep.store import open_store
 
@@ -63,11 +74,13 @@ def sweep(ctx, spec, out, workers, resume, overrides, device, dry_run, quiet, ma
             click.echo(f"{pt.index:4d}  {point_label(pt.values)}")
         click.echo(f"{len(points)} runs ({'trained' if sweep_spec.train else 'bounds only, train = false'})")
         return
+    check_executor(executor, workers=workers, address=address)  # before OUT is created
     if out is None:
         out = os.path.join("runs", f"{Path(spec).stem}.sqlite")
     with open_store(out, resume=resume, grid=grid_identity(sweep_spec, points)) as store:
         try:
-            report = run_sweep(store, points, workers=workers, device=device, progress=not quiet)
+            report = run_sweep(store, points, workers=workers, device=device, progress=not quiet,
+                               executor=executor, address=address)
         except SweepAborted as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:

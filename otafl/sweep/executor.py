@@ -25,6 +25,12 @@ Failure behaviour:
   interrupts during that cleanup are absorbed, so there is no second traceback.
 * A worker that dies (out of memory, killed) fails its run and aborts the sweep with
   :class:`SweepAborted`; finished runs are kept.
+
+Executors: :data:`EXECUTORS` maps a name to the function that runs the pending points
+(``otafl sweep --executor NAME``): ``process`` is the pool above, ``ray`` runs each point
+as a Ray task on a local instance or a cluster (:mod:`otafl.sweep.ray_executor`, needs the
+optional extra ``pip install -e ".[ray]"``). Whatever the executor, only this process
+writes the results file.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ from otafl.errors import OtaflInputError
 from otafl.sweep.grid import GridPoint, point_label
 from otafl.sweep.store import ResultStore
 
-__all__ = ["SweepAborted", "SweepReport", "pending_points", "run_point", "run_sweep"]
+__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "SweepAborted", "SweepReport", "check_executor", "pending_points",
+           "run_point", "run_sweep"]
 
 STOP_TIMEOUT_S = 5.0  # how long a finished worker may take to exit before it is terminated
 KILL_TIMEOUT_S = 2.0  # how long a terminated worker may take before SIGKILL
@@ -263,8 +270,9 @@ def _died(process) -> str:
     return f"exit code {code}"
 
 
-def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int = 1, device: str | None = None,
-              progress: bool = True, on_done: Callable[[GridPoint, dict], None] | None = None) -> SweepReport:
+def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int | None = 1, device: str | None = None,
+              progress: bool = True, on_done: Callable[[GridPoint, dict], None] | None = None,
+              executor: str = "process", address: str | None = None) -> SweepReport:
     """Run every not-yet-``done`` point of ``points`` and commit each result to ``store``.
 
     Parameters
@@ -273,24 +281,29 @@ def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int =
         Opened for writing (:func:`otafl.sweep.store.open_store`).
     points : sequence of GridPoint
         The whole grid (:func:`otafl.sweep.grid.expand_grid`); ``done`` points are skipped.
-    workers : int >= 0
-        Worker processes; 0 runs in this process.
+    workers : int >= 0, optional
+        Worker processes (``process``; 0 runs in this process, None means 1) or at most
+        this many Ray tasks at a time (``ray``; None: the cluster's CPUs).
     device : str, optional
         ``cpu`` / ``cuda`` / ``auto`` for every run (default: each spec's ``train.device``).
     progress : bool
         A tqdm progress bar on stderr (runs done / total, rate and ETA).
     on_done : callable, optional
         Called in the parent with (point, summary) after each commit.
+    executor : str
+        A key of :data:`EXECUTORS`: ``process`` (default) or ``ray``.
+    address : str, optional
+        ``ray`` only: the cluster to join (``auto``, ``HOST:PORT``); None starts a local
+        Ray instance owned by this process (or uses the one already initialised).
 
     Returns
     -------
     SweepReport. A failed run is recorded as ``failed`` with its error and the sweep goes
     on; Ctrl-C stops it (and its workers), leaving the runs in flight ``running`` for
-    ``--resume``. A worker that dies raises :class:`SweepAborted` after recording its run
-    as ``failed``.
+    ``--resume``. A worker (or Ray task) that dies raises :class:`SweepAborted` after
+    recording its run as ``failed``.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise OtaflInputError(f"workers = {workers!r} is outside the allowed range [0, inf) (an integer)")
+    check_executor(executor, workers=workers, address=address)
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -325,7 +338,7 @@ def run_sweep(store: ResultStore, points: Sequence[GridPoint], *, workers: int =
                     outcome = e
                 finish(pt, run_id, outcome)
         elif todo:
-            _run_in_workers(store, todo, min(workers, len(todo)), device, finish)
+            EXECUTORS[executor](store, todo, finish, workers=workers, device=device, address=address)
     finally:
         bar.close()
         report.wall_seconds = time.perf_counter() - t0
@@ -378,3 +391,49 @@ def _run_in_workers(store: ResultStore, todo: list[GridPoint], n: int, device: s
             _shut_down(pool, graceful)
         if interrupted and graceful:
             raise KeyboardInterrupt
+
+
+# --------------------------------------------------------------------------- executors
+
+Finish = Callable[[GridPoint, int, Any], None]  # (point, run id, (summary, rounds) | error) -> None
+Executor = Callable[..., None]  # (store, todo, finish, *, workers, device, address) -> None
+
+
+def _run_in_processes(store: ResultStore, todo: list[GridPoint], finish: Finish, *, workers: int | None,
+                      device: str | None, address: str | None = None) -> None:
+    """The ``process`` executor: a pool of ``workers`` spawned processes on this machine."""
+    _run_in_workers(store, todo, min(1 if workers is None else workers, len(todo)), device, finish)
+
+
+def _run_on_ray(store: ResultStore, todo: list[GridPoint], finish: Finish, *, workers: int | None,
+                device: str | None, address: str | None = None) -> None:
+    """The ``ray`` executor: each point a Ray task (:func:`otafl.sweep.ray_executor.run_on_ray`)."""
+    from otafl.sweep.ray_executor import run_on_ray
+
+    run_on_ray(store, todo, finish, workers=workers, device=device, address=address)
+
+
+EXECUTORS: dict[str, Executor] = {"process": _run_in_processes, "ray": _run_on_ray}
+DEFAULT_EXECUTOR = "process"
+
+
+def check_executor(name: str, *, workers: int | None = None, address: str | None = None) -> None:
+    """Refuse, in one line, an unknown executor, options it does not take, or a missing Ray.
+
+    Cheap enough to call before a results file is opened (``otafl sweep`` does), so a bad
+    combination writes nothing.
+    """
+    if name not in EXECUTORS:
+        raise OtaflInputError(f"executor = {name!r} is not one of {', '.join(EXECUTORS)}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise OtaflInputError(f"workers = {workers!r} is outside the allowed range [0, inf) (an integer)")
+    if name == "ray":
+        if workers == 0:
+            raise OtaflInputError("--workers 0 (run in this process) does not apply to --executor ray; "
+                                  "give --workers N >= 1, or leave it out to use the cluster's CPUs")
+        from otafl.sweep.ray_executor import import_ray
+
+        import_ray()
+    elif address is not None:
+        raise OtaflInputError(f"--address {address} is for --executor ray (a Ray cluster); "
+                              f"--executor {name} runs on this machine")
