@@ -125,7 +125,7 @@ class DigitalSpec:
 
 @dataclass(frozen=True)
 class PrivacySpec:
-    accountants: list[str] = field(default_factory=lambda: ["paper", "tight"])
+    accountants: list[str] = field(default_factory=lambda: ["exact"])  # the tightest sound accountant
     delta_l: float = 1e-5
     delta_prime: float | str = "auto"  # auto = 2 exp(-2 mu^2 / K) + 1e-5
 

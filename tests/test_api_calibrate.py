@@ -10,7 +10,7 @@ from otafl.config import load_spec, spec_from_mapping
 from otafl.errors import OtaflInputError
 from otafl.fl.loop import run_experiment
 
-TINY = ["data.name='synthetic'", "data.users=20", "train.rounds=5"]
+TINY = ["data.name='synthetic'", "data.users=20", "train.rounds=5", "privacy.accountants=['paper','tight']"]
 TOL = 1e-3
 
 

@@ -11,7 +11,8 @@ from otafl.cli.main import cli
 from otafl.config import load_spec
 from otafl.fl.loop import run_experiment
 
-TINY = ["--set", "data.name='synthetic'", "--set", "data.users=20", "--set", "train.rounds=5"]
+TINY = ["--set", "data.name='synthetic'", "--set", "data.users=20", "--set", "train.rounds=5",
+        "--set", "privacy.accountants=['paper','tight']"]
 SIGMA2 = ["calibrate", *TINY, "--solve", "transmit.sigma2", "--target-epsilon", "30", "--accountant", "tight"]
 KEYS = {"knob", "value", "intervals", "epsilon_total", "epsilon_round", "delta", "accountant", "scope",
         "target_epsilon", "evaluations"}

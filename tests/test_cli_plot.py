@@ -19,6 +19,8 @@ snr_db = [0.0, 10.0, 20.0]
 [train]
 rounds = 6
 eval_every = 2
+[privacy]
+accountants = ["paper", "tight"]
 [sweep]
 seeds = [0, 1]
 [sweep.axes]

@@ -10,7 +10,17 @@ from click.testing import CliRunner
 from otafl.cli.main import cli
 
 FAST = ["--set", "data.name=synthetic", "--set", "data.users=12", "--set", "train.rounds=6",
-        "--set", "train.eval_every=3", "--set", "channel.snr_db=10", "--quiet"]
+        "--set", "train.eval_every=3", "--set", "channel.snr_db=10", "--quiet",
+        "--set", "privacy.accountants=['paper','tight']"]
+
+
+def test_run_uses_the_exact_accountant_by_default_with_pld_totals(tmp_path):
+    out = tmp_path / "run"
+    res = CliRunner().invoke(cli, ["run", *FAST[:-2], "--out", str(out)])  # FAST without its accountants
+    assert res.exit_code == 0, res.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exact_composition"] == "pld" and 0 < summary["exact_epsilon_central_total"] < float("inf")
+    assert "paper_epsilon_central" not in summary
 
 
 def test_run_writes_summary_and_one_csv_row_per_round(tmp_path):

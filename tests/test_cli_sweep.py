@@ -26,6 +26,8 @@ snr_db = 10.0
 [train]
 rounds = {ROUNDS}
 eval_every = 2
+[privacy]
+accountants = ["paper", "tight"]
 [sweep]
 seeds = [0, 1]
 [sweep.axes]

@@ -9,7 +9,7 @@ from otafl.errors import OtaflInputError
 def test_empty_spec_takes_every_default():
     spec = load_spec(None)
     assert spec.data.name == "mnist-embedded" and spec.data.users == 200
-    assert spec.sampling.p == 0.5 and spec.privacy.accountants == ["paper", "tight"]
+    assert spec.sampling.p == 0.5 and spec.privacy.accountants == ["exact"]
 
 
 def test_overrides_are_read_as_toml_literals():

@@ -208,7 +208,7 @@ def test_fedsgd_with_explicit_defaults_reproduces_the_default_run_exactly():
 
 def test_local_steps_run_carries_the_steps_accountant_automatically():
     spec = load_spec("experiments/quickstart.toml", QUICK + ["train.algorithm='fedavg'", "train.local_steps=2"])
-    assert spec.privacy.accountants == ["paper", "tight", "steps"]
+    assert spec.privacy.accountants == ["exact", "paper", "tight", "steps"]
     result = run_experiment(spec)
     s = result.summary
     assert s["algorithm"] == "fedavg" and s["local_steps"] == 2
