@@ -236,7 +236,8 @@ def _flagged(table: TradeoffTable, cols: Sequence[tuple]) -> list[str]:
 _LEGEND = (
     "Accuracy: final test accuracy in %, @seeds@. Leakage (@accs@): @eps_l@ local (LDP) of the worst user, "
     "@eps_c@ central; per round = the worst single round; total = composed over the @T@ rounds by the method "
-    "named in the header (the tightest of basic, advanced and RDP composition, per run). Means over seeds; "
+    "named in the header (pld: privacy-loss distributions; otherwise the tightest of basic, advanced and RDP, "
+    "per run). Means over seeds; "
     "@inf@: the bound is undefined in some round.")
 _LEGEND_PARTICIPANTS = "Participants: mean @K@ per round."
 _LEGEND_FLAG = ("@flagnote@: @acc@'s classic Gaussian step is outside its validity range (@eps0@, no LDP "
