@@ -164,6 +164,7 @@ def test_pld_total_is_above_an_independent_fft_reference_and_within_one_percent(
     assert ref <= ours["epsilon"] <= 1.01 * ref, (ours["epsilon"], ref)
 
 
+@pytest.mark.slow  # about 80 CPU-seconds: CI runs it in its -m slow pass
 def test_round_profile_is_an_upper_bound_that_uses_eq_1_where_it_helps():
     # d = 20, rounds from little to much channel noise: eq. (5) wins at little, eq. (1) at much.
     chs = torch.tensor([0.3, 3.0, 40.0], dtype=F64)
