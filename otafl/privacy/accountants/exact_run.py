@@ -292,7 +292,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     """
     import numpy as np
 
-    from otafl.privacy.analysis.pld import compose_profiles, profile_grid, round_profile
+    from otafl.privacy.analysis.pld import MAX_GRID_EPS, compose_profiles, profile_grid, round_profile
 
     counts: dict[tuple, int] = {}
     for r in rounds:
@@ -305,7 +305,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     tail = min(1e-15, 1e-6 * delta_target)
     specs = [(batch, _spec(batch, tail)) for batch in _batches(rows)]
     e_max = max(_eps_max(spec, 1e-3 * delta_target / T, grid) for _, spec in specs)
-    if not math.isfinite(e_max):
+    if not e_max <= MAX_GRID_EPS:
         return {"epsilon": math.inf, "gap": math.nan, **info}
     gap, eps = profile_grid(e_max, points)
     prof = {}
