@@ -170,7 +170,7 @@ def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: 
                 one = take_rows(spec, rows[i:i + 1])
                 one = RoundSpec(one.participation_prob, one.own_noise_var, one.others_noise_var,
                                 one.channel_noise_var, one.half_sensitivity,
-                                lump_counts(one.law, int(width[i])), one.dim)
+                                lump_counts(one.law, int(width[i])), one.dim, one.total_ok)
                 out[i] = _others_upper(eps if eps.dim() == 1 else eps[i:i + 1], one, torch.tensor([0]), grid,
                                        max_elements)[0]
             return out
