@@ -1,10 +1,12 @@
 """A run's privacy: per-round bounds of each accountant composed over rounds, as typed results.
 
 :func:`account_run` reads the run's :class:`~otafl.privacy.facts.RoundFacts`, evaluates
-every named accountant on all rounds at once, composes local and central totals
-(:func:`compose_round_bounds`: the smallest of basic, advanced and RDP composition at one
-total delta; docs/privacy.md#composition) and returns a :class:`PrivacyResult`, a
-mapping name -> :class:`AccountantResult`. ``PrivacyResult.summary_fields()`` gives the
+every named accountant, composes local and central totals and returns a
+:class:`PrivacyResult`, a mapping name -> :class:`AccountantResult`. ``paper`` and
+``tight`` are evaluated on all rounds at once and composed by :func:`compose_round_bounds`
+(the smallest of basic, advanced, RDP and PLD composition at one total delta);
+``exact`` per distinct rounded round and composed by PLD (:func:`_account_exact`,
+:mod:`otafl.privacy.accountants.exact_run`; docs/privacy.md#composition). ``PrivacyResult.summary_fields()`` gives the
 flat ``"{name}_..."`` columns that run stores, tables and plots read.
 """
 
@@ -148,7 +150,7 @@ class AccountantResult:
     epsilon_local_total, delta_local_total : LDP composed over the rounds.
     epsilon_central_total, delta_central_total : central DP composed over the rounds.
     composition_central, composition_local : the composition that gave each total
-        (basic | advanced | rdp | none).
+        (basic | advanced | rdp | pld | none).
     defined : every round's bounds are defined; ``reason`` the texts of the reason bits
         set in any round ('' when defined).
     classic_valid : every round's classic Gaussian steps (central and local) are in
