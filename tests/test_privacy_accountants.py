@@ -247,7 +247,7 @@ def test_account_run_summary_fields_and_json():
         assert len(per_round) == 6 and len(result[a].epsilon_local_per_round) == 6
         assert out[f"{a}_epsilon_central"] == max(per_round)
         assert out[f"{a}_epsilon_local_max"] == max(result[a].epsilon_local_per_round)
-        assert out[f"{a}_composition"] in ("basic", "advanced", "rdp")
+        assert out[f"{a}_composition"] in ("basic", "advanced", "rdp", "pld")
         assert out[f"{a}_defined"] is True and out[f"{a}_reason"] == ""
         # A total over 6 rounds is at least the worst round and at most basic composition.
         assert out[f"{a}_epsilon_central"] <= out[f"{a}_epsilon_central_total"] <= sum(per_round) * (1 + 1e-12)

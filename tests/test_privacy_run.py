@@ -196,6 +196,8 @@ OLD_FLAT = json.loads("""
 # grow by the pessimistic grids (at most ~1 %), its totals are PLD compositions (never above
 # the old basic/advanced totals) at the default total delta, the per-round deltas plus delta_l.
 EXACT_PER_ROUND = ("exact_epsilon_local_max", "exact_epsilon_central")
+CLOSED_TOTALS = ("epsilon_local_total", "delta_local_total", "epsilon_central_total", "delta_central_total",
+                 "composition", "composition_local")
 EXACT_TOTALS = ("exact_epsilon_local_total", "exact_epsilon_central_total", "exact_delta_local_total",
                 "exact_delta_central_total", "exact_composition", "exact_composition_local")
 
@@ -207,9 +209,17 @@ def test_summary_fields_equal_the_flat_dict_of_before(case):
     expected = {k: v for k, v in old.items() if not k.endswith("_per_round")}
     fields = result.summary_fields()
     assert list(fields) == list(expected)  # same columns, same order
-    changed = EXACT_PER_ROUND + EXACT_TOTALS
+    changed = EXACT_PER_ROUND + EXACT_TOTALS + tuple(f"{a}_{s}" for a in ("paper", "tight") for s in CLOSED_TOTALS)
     assert {k: v for k, v in fields.items() if k not in changed} == \
         {k: v for k, v in expected.items() if k not in changed}  # same values, exactly
+    for a in ("paper", "tight"):  # the totals may only improve, by PLD composition
+        for kind, suffix in (("central", "composition"), ("local", "composition_local")):
+            got, was = fields[f"{a}_epsilon_{kind}_total"], expected[f"{a}_epsilon_{kind}_total"]
+            if fields[f"{a}_{suffix}"] == "pld":
+                assert got < was and fields[f"{a}_delta_{kind}_total"] >= expected[f"{a}_delta_{kind}_total"] * (1 - 1e-12)
+            else:
+                assert (got, fields[f"{a}_delta_{kind}_total"], fields[f"{a}_{suffix}"]) == \
+                    (was, expected[f"{a}_delta_{kind}_total"], expected[f"{a}_{suffix}"])
     for name in ("paper", "tight"):
         assert list(result[name].epsilon_central_per_round) == old[f"{name}_epsilon_central_per_round"]
         assert list(result[name].epsilon_local_per_round) == old[f"{name}_epsilon_local_max_per_round"]

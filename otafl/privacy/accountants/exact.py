@@ -4,9 +4,10 @@ No closed form and no published tool covers this mechanism, so the per-round pri
 profile delta(eps) is integrated numerically, as an *upper bound* with explicit error
 control (:mod:`otafl.privacy.analysis.ota_round`; derivation in docs/privacy.md#exact).
 This module adapts it to the accountant interface (:func:`exact_round`, a
-:class:`~otafl.privacy.accountants.base.RoundBound` per round) and composes it over
-rounds with privacy-loss distributions (:func:`compose_exact`,
-:mod:`otafl.privacy.analysis.pld`).
+:class:`~otafl.privacy.accountants.base.RoundBound` per round, unrounded, for grids and
+sweeps of single rounds) and composes rounds with privacy-loss distributions
+(:func:`compose_exact`, through :mod:`otafl.privacy.accountants.exact_run`, whose
+rounded and cached rows ``account_run`` uses for runs).
 
 Worst-case pair: antipodal +-Delta/2 around the no-participation mean. For Delta = 2L
 (minibatch clipping, the paper's setting) no other pair in the L-ball is farther apart;
@@ -59,7 +60,7 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
 
     The RDP views of :class:`RoundBound` are ``None`` (the sampled-Gaussian view is the
     fixed-noise model that ``exact`` does not assume): compose ``exact`` with
-    :func:`compose_exact` (privacy-loss distributions), or basic/advanced composition.
+    :func:`compose_exact` (privacy-loss distributions).
     ``quantile`` is the smallest number of participants (n + 1) the central sum keeps:
     P(|K_t| < quantile) is at most the truncated tail mass, min(1e-12, 1e-6 delta_l),
     which is charged to delta. ``delta_prime`` is 0.

@@ -41,7 +41,7 @@ from otafl.privacy.analysis.count_law import (
     stack_laws,
     total_count_law,
 )
-from otafl.privacy.analysis.ota_round import RoundSpec, round_epsilon
+from otafl.privacy.analysis.ota_round import RoundSpec, round_epsilon, take_rows
 from otafl.privacy.analysis.round_grid import round_probability_up, round_variance_down
 from otafl.privacy.facts import RoundFacts
 
@@ -103,7 +103,8 @@ def _channel_noise(f: RoundFacts) -> float:
 def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
     """The round's rows as far as the sampling decides them (cached by the raw bytes).
 
-    Central: (p_own, sigma_own^2, sigma_o^2, law_key, smallest n of the law's window);
+    Central: (p_own, sigma_own^2, sigma_o^2, law_key, smallest n of the law's window,
+    whether eq. (5) holds: every other user who can take part adds exactly sigma_o^2);
     local: (largest p of the noise group, sigma^2).
     """
     import numpy as np
@@ -125,15 +126,19 @@ def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
             law_key = ("binom", int(others.size), float(others[0]))
         else:
             law_key = ("pb", tuple(others.tolist()))
-        rows.append((float(p[j]), float(v), s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0])))
+        others_s2 = np.concatenate([s2[:j][active[:j]], s2[j + 1:][active[j + 1:]]])
+        total_ok = bool((others_s2 == s_min).all())  # eq. (5) holds: every other user adds exactly s_min
+        rows.append((float(p[j]), float(v), s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0]),
+                     total_ok))
     return tuple(rows)
 
 
 def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RESOLUTION) -> tuple:
     """The rows of one round as hashable keys (rounded as ``resolution`` says).
 
-    Central key: ``("c", p_own, sigma_own^2, sigma_o^2, ch, a, dim, law_key)`` with
-    ``law_key`` ``("none",)``, ``("binom", n_others, p)`` or ``("pb", others' p)``; the
+    Central key: ``("c", p_own, sigma_own^2, sigma_o^2, ch, a, dim, law_key, total_ok)`` with
+    ``law_key`` ``("none",)``, ``("binom", n_others, p)`` or ``("pb", others' p)`` and
+    ``total_ok`` whether eq. (5) holds (:class:`~otafl.privacy.analysis.ota_round.RoundSpec`); the
     channel noise ch is rounded down on the grid of ch + sigma_o^2 n_lo (n_lo the smallest
     count in the others' window at tail 1e-12, so every variance of the bound moves by at
     most the resolution). Local key: ``("l", p, sigma^2, ch, a, dim)``, p rounded up and ch
@@ -156,7 +161,7 @@ def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RE
         return tuple(("l", round_probability_up(pk, resolution=resolution.probability), v, ch_r, a, dim)
                      for pk, v in rows)
     return tuple(("c", pk, v, s_min, round_variance_down(ch, floor=s_min * n_lo, resolution=resolution.channel),
-                  a, dim, law_key) for pk, v, s_min, law_key, n_lo in rows)
+                  a, dim, law_key, ok) for pk, v, s_min, law_key, n_lo, ok in rows)
 
 
 def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution = DEFAULT_RESOLUTION
@@ -194,7 +199,8 @@ def _spec(keys: Sequence[tuple], tail: float) -> RoundSpec:
     if keys[0][0] == "c":
         return RoundSpec(participation_prob=t(1), own_noise_var=t(2), others_noise_var=t(3),
                          channel_noise_var=t(4), half_sensitivity=t(5),
-                         law=stack_laws([_law(k[7], tail) for k in keys]), dim=keys[0][6])
+                         law=stack_laws([_law(k[7], tail) for k in keys]), dim=keys[0][6],
+                         total_ok=torch.tensor([k[8] for k in keys], dtype=torch.bool))
     return RoundSpec(participation_prob=t(1), own_noise_var=t(2),
                      others_noise_var=torch.zeros(len(keys), dtype=_DT), channel_noise_var=t(3),
                      half_sensitivity=t(4), law=local_count_law(len(keys)), dim=keys[0][5])
@@ -267,11 +273,20 @@ def exact_round_epsilons(facts: Sequence[RoundFacts], *, delta_l: float, kind: s
 
 
 def _eps_max(spec: RoundSpec, floor: float, grid: CellGrid) -> float:
-    """Largest eps over rows where an upper bound on delta reaches ``floor`` (eq. (5) when it
-    exists: it is above min(eq. (1), eq. (5)), so the profile is below floor there too)."""
-    cond = "total" if total_count_law(spec.law, spec.participation_prob) is not None else "others"
-    target = torch.full((spec.participation_prob.shape[0],), floor, dtype=_DT)
-    return float(round_epsilon(target, spec, grid=grid, conditioning=cond, xtol=1e-3).max())
+    """Largest eps over rows where an upper bound on delta reaches ``floor`` (eq. (5) where it
+    holds: it is above min(eq. (1), eq. (5)), so the profile is below floor there too; eq. (1)
+    elsewhere)."""
+    R = spec.participation_prob.shape[0]
+    ok = spec.total_ok if spec.total_ok is not None else torch.ones(R, dtype=torch.bool)
+    if total_count_law(spec.law, spec.participation_prob) is None:
+        ok = torch.zeros(R, dtype=torch.bool)
+    best = 0.0
+    for rows, cond in ((torch.nonzero(ok).reshape(-1), "total"), (torch.nonzero(~ok).reshape(-1), "others")):
+        if rows.numel():
+            target = torch.full((rows.numel(),), floor, dtype=_DT)
+            best = max(best, float(round_epsilon(target, take_rows(spec, rows), grid=grid, conditioning=cond,
+                                                 xtol=1e-3).max()))
+    return best
 
 
 def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points: int = 64,
@@ -292,7 +307,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     """
     import numpy as np
 
-    from otafl.privacy.analysis.pld import compose_profiles, profile_grid, round_profile
+    from otafl.privacy.analysis.pld import MAX_GRID_EPS, compose_profiles, profile_grid, round_profile
 
     counts: dict[tuple, int] = {}
     for r in rounds:
@@ -305,7 +320,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     tail = min(1e-15, 1e-6 * delta_target)
     specs = [(batch, _spec(batch, tail)) for batch in _batches(rows)]
     e_max = max(_eps_max(spec, 1e-3 * delta_target / T, grid) for _, spec in specs)
-    if not math.isfinite(e_max):
+    if not e_max <= MAX_GRID_EPS:
         return {"epsilon": math.inf, "gap": math.nan, **info}
     gap, eps = profile_grid(e_max, points)
     prof = {}

@@ -1,10 +1,12 @@
 """A run's privacy: per-round bounds of each accountant composed over rounds, as typed results.
 
 :func:`account_run` reads the run's :class:`~otafl.privacy.facts.RoundFacts`, evaluates
-every named accountant on all rounds at once, composes local and central totals
-(:func:`compose_round_bounds`: the smallest of basic, advanced and RDP composition at one
-total delta; docs/privacy.md#composition) and returns a :class:`PrivacyResult`, a
-mapping name -> :class:`AccountantResult`. ``PrivacyResult.summary_fields()`` gives the
+every named accountant, composes local and central totals and returns a
+:class:`PrivacyResult`, a mapping name -> :class:`AccountantResult`. ``paper`` and
+``tight`` are evaluated on all rounds at once and composed by :func:`compose_round_bounds`
+(the smallest of basic, advanced, RDP and PLD composition at one total delta);
+``exact`` per distinct rounded round and composed by PLD (:func:`_account_exact`,
+:mod:`otafl.privacy.accountants.exact_run`; docs/privacy.md#composition). ``PrivacyResult.summary_fields()`` gives the
 flat ``"{name}_..."`` columns that run stores, tables and plots read.
 """
 
@@ -40,8 +42,8 @@ __all__ = [
 ]
 
 
-def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, rdp_resolution: float = 1e-2
-                         ) -> dict[str, Tensor]:
+def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, rdp_resolution: float = 1e-2,
+                         pld: bool = False, local_revealed_rate=None) -> dict[str, Tensor]:
     """Totals over the last dimension (rounds) of a RoundBound with fields [..., T].
 
     Local and central each take the smallest of basic, advanced and RDP composition
@@ -49,6 +51,12 @@ def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, r
     or, by default, the basic composition's delta plus ``delta_slack``. RDP uses the
     round's sampled-Gaussian view (rate, noise std / Delta); the central total adds
     sum_t delta'_t for the concentration events.
+
+    With ``pld=True`` the central total may also be a PLD composition of the same view
+    (the fixed-noise model's replace-one pair, converted at the target minus
+    sum_t delta'_t), and, where ``local_revealed_rate`` [..., T] is given (``tight``: max_k
+    p_k), the local total a PLD composition of the revealed-participation pair
+    (:mod:`otafl.privacy.analysis.pld_gaussian`); one PLD per leading index.
 
     Returns
     -------
@@ -69,12 +77,41 @@ def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, r
     central = compose_best(epsilon=bound.epsilon_central, delta=bound.delta_central, delta_target=delta_target,
                            delta_slack=delta_slack, sampling_rate=q_c, noise_multiplier=z_c,
                            event_delta=bound.delta_prime, rdp_resolution=rdp_resolution)
+    if pld and q_c is not None:
+        _with_pld(central, bound.epsilon_central, bound.delta_central, delta_target, delta_slack, q_c, z_c,
+                  event_delta=bound.delta_prime, revealed=False)
+    if pld and local_revealed_rate is not None and z_l is not None:
+        _with_pld(local, bound.epsilon_local, bound.delta_local, delta_target, delta_slack,
+                  torch.as_tensor(local_revealed_rate, dtype=torch.float64), z_l, event_delta=None, revealed=True)
     return {
         "epsilon_local_total": local["epsilon"], "delta_local_total": local["delta"],
         "composition_local": local["composition"],
         "epsilon_central_total": central["epsilon"], "delta_central_total": central["delta"],
         "composition_central": central["composition"],
     }
+
+
+def _with_pld(best: dict, epsilon, delta, delta_target, delta_slack, rate, z, *, event_delta, revealed) -> None:
+    """Replace ``best``'s entries by the PLD composition where it is smaller (in place)."""
+    from otafl.privacy.analysis.pld_gaussian import gaussian_rounds_epsilon
+
+    T = epsilon.shape[-1]
+    batch = best["epsilon"].shape
+    target = (delta.sum(-1).clamp(max=1.0) + delta_slack).clamp(max=1.0) if delta_target is None else \
+        torch.as_tensor(delta_target, dtype=torch.float64).expand(batch)
+    target = torch.broadcast_to(target, batch)
+    extra = torch.zeros(batch, dtype=torch.float64) if event_delta is None else \
+        torch.broadcast_to(event_delta, epsilon.shape).sum(-1)
+    rate, z = torch.broadcast_to(rate, epsilon.shape), torch.broadcast_to(z, epsilon.shape)
+    eps, tgt, ex = best["epsilon"].reshape(-1), target.reshape(-1), extra.reshape(-1)
+    rate, z = rate.reshape(-1, T), z.reshape(-1, T)
+    for i in range(eps.numel()):
+        e = gaussian_rounds_epsilon(rate=rate[i], noise_multiplier=z[i], delta_target=float(tgt[i] - ex[i]),
+                                    revealed=revealed)
+        if e < float(eps[i]):
+            best["epsilon"].view(-1)[i] = e
+            best["delta"].view(-1)[i] = tgt[i]
+            best["composition"].view(-1)[i] = COMPOSITIONS.index("pld")
 
 
 def composition_name(index: int) -> str:
@@ -113,7 +150,7 @@ class AccountantResult:
     epsilon_local_total, delta_local_total : LDP composed over the rounds.
     epsilon_central_total, delta_central_total : central DP composed over the rounds.
     composition_central, composition_local : the composition that gave each total
-        (basic | advanced | rdp | none).
+        (basic | advanced | rdp | pld | none).
     defined : every round's bounds are defined; ``reason`` the texts of the reason bits
         set in any round ('' when defined).
     classic_valid : every round's classic Gaussian steps (central and local) are in
@@ -219,8 +256,9 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
         bound = acc.bound(participation_prob=x["participation_prob"], noise_var=x["noise_var"],
                           alignment_gain=x["alignment_gain"], n0=x["n0"], sensitivity=x["sensitivity"],
                           delta_l=delta_l, delta_prime=delta_prime, dim=x["dim"])
+        revealed = x["participation_prob"].amax(-1) if name == "tight" else None  # tight's unamplified LDP
         totals = compose_round_bounds(bound, delta_target=delta_target, delta_slack=delta_l,
-                                      rdp_resolution=rdp_resolution)
+                                      rdp_resolution=rdp_resolution, pld=True, local_revealed_rate=revealed)
         reason = 0
         for code in bound.reason.tolist():
             reason |= int(code)

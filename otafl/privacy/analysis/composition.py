@@ -29,8 +29,9 @@ __all__ = [
     "compose_best",
 ]
 
-COMPOSITIONS = ("basic", "advanced", "rdp")
-"""Composition names; :func:`compose_best` returns an index into this tuple (-1: none finite)."""
+COMPOSITIONS = ("basic", "advanced", "rdp", "pld")
+"""Composition names; :func:`compose_best` returns an index into this tuple (-1: none finite).
+``pld`` is added by :func:`otafl.privacy.accountants.run.compose_round_bounds` (and ``exact``)."""
 
 
 def compose_basic(*, epsilon, delta) -> tuple[Tensor, Tensor]:

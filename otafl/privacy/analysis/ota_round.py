@@ -58,6 +58,11 @@ class RoundSpec:
     half_sensitivity : a = Delta / 2.
     law : CountLaw of the number of other participants (``n = 0`` for local DP).
     dim : model dimension d (int), or None for the dimension-free bound (d -> inf).
+    total_ok : [B] bool or None (all True): rows where eq. (5) holds. Eq. (5) needs every
+        other user who can take part to add exactly sigma_o^2 (and sigma_k^2 >= sigma_o^2):
+        given the total count, a larger noise of the others is *not* a post-processing (its
+        amount depends on whether user k took part), and the norm would tell which users
+        took part. Elsewhere only eq. (1) is used (eq. (5)'s bound is replaced by 1).
     """
 
     participation_prob: torch.Tensor
@@ -67,6 +72,7 @@ class RoundSpec:
     half_sensitivity: torch.Tensor
     law: CountLaw
     dim: int | None
+    total_ok: torch.Tensor | None = None
 
 
 def _col(t: torch.Tensor) -> torch.Tensor:
@@ -192,6 +198,9 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
         wgt = total.weight[:, None, :]
         t_up = ((wgt * up).sum(-1) + total.dropped[:, None]).clamp(max=1.0)
         t_lo = (wgt * lo).sum(-1)
+        if spec.total_ok is not None:  # rows where eq. (5) does not hold: the trivial bound 1
+            t_up = torch.where(spec.total_ok[:, None], t_up, torch.ones_like(t_up))
+            t_lo = torch.where(spec.total_ok[:, None], t_lo, torch.ones_like(t_lo))
         upper = t_up if upper is None else torch.minimum(upper, t_up)
         lower = t_lo if lower is None else torch.minimum(lower, t_lo)
     elif upper is None:
@@ -209,7 +218,7 @@ def take_rows(spec: RoundSpec, idx: torch.Tensor) -> RoundSpec:
                      spec.others_noise_var[idx], spec.channel_noise_var[idx],
                      spec.half_sensitivity[idx],
                      CountLaw(law.n_first[idx], law.n_last[idx], law.weight[idx], law.dropped[idx]),
-                     spec.dim)
+                     spec.dim, None if spec.total_ok is None else spec.total_ok[idx])
 
 
 def take_cells(cells: RoundCells, idx: torch.Tensor) -> RoundCells:
@@ -224,7 +233,7 @@ def take_cells(cells: RoundCells, idx: torch.Tensor) -> RoundCells:
 def with_dim(spec: RoundSpec, dim: int | None) -> RoundSpec:
     """The same rows in another dimension (``None``: the dimension-free bound)."""
     return RoundSpec(spec.participation_prob, spec.own_noise_var, spec.others_noise_var,
-                     spec.channel_noise_var, spec.half_sensitivity, spec.law, dim)
+                     spec.channel_noise_var, spec.half_sensitivity, spec.law, dim, spec.total_ok)
 
 
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
@@ -273,10 +282,11 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         if rest.numel():
             d_o, _ = round_delta(probe[rest], take_rows(spec, rest), grid=grid, conditioning="others")
             need = rest[(d_o <= t[rest]) | ~torch.isfinite(e_t[rest])]
-        if need.numel():
-            e_o = round_epsilon(t[need], take_rows(spec, need), conditioning="others",
-                                upper_hint=probe[need], **kw)
-            e_t[need] = torch.minimum(e_t[need], e_o)
+        for rows, hinted in ((need[torch.isfinite(e_t[need])], True), (need[~torch.isfinite(e_t[need])], False)):
+            if rows.numel():  # eq. (1) where it can win: from below eq. (5)'s eps, or from scratch
+                e_o = round_epsilon(t[rows], take_rows(spec, rows), conditioning="others",
+                                    upper_hint=probe[rows] if hinted else None, **kw)
+                e_t[rows] = torch.minimum(e_t[rows], e_o)
         return e_t
     if conditioning == "best":
         conditioning = "others"

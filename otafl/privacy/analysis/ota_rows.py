@@ -56,6 +56,13 @@ def _spec(rows, law, dim, dev):
                      channel_noise_var=t(3), half_sensitivity=t(4), law=law, dim=dim)
 
 
+def others_s2(s2: torch.Tensor, active: torch.Tensor, j: int) -> torch.Tensor:
+    """The noise variances of the users other than j who can take part."""
+    keep = active.clone()
+    keep[j] = False
+    return s2[keep]
+
+
 def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
                  channel_noise_var: torch.Tensor, sensitivity: torch.Tensor, dim: int | None,
                  delta: torch.Tensor, users: torch.Tensor | None = None,
@@ -74,9 +81,11 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
     Grouping (sound for every user, see the module docstring): users are grouped by
     their own noise sigma_k^2; a group is charged p_own = its largest p and the law of
     the others with that user removed (stochastically the smallest law of n for the
-    group; delta is increasing in p_own and decreasing in n). The others' noise is the
-    smallest sigma^2 of the users who can take part. With uniform p and sigma this is
-    exactly one row with n ~ Binomial(K - 1, p).
+    group; delta is increasing in p_own and decreasing in n under eq. (1); under eq. (5)
+    the total count's law is the same for every member and P(k in | m) is largest for the
+    largest p). The others' noise is the smallest sigma^2 of the users who can take part;
+    eq. (5) is kept (``total_ok``) only where every other user has exactly that noise.
+    With uniform p and sigma this is exactly one row with n ~ Binomial(K - 1, p).
     """
     dev = channel_noise_var.device
     delta = delta.to(_DT)
@@ -91,7 +100,7 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
                          channel_noise_var=channel_noise_var.to(_DT), half_sensitivity=half,
                          law=law, dim=dim)
         return RoundRows(spec=spec, point=torch.arange(p.shape[0], device=dev), target=delta)
-    rows, laws, point, target = [], [], [], []
+    rows, laws, point, target, total_ok = [], [], [], [], []
     for b in range(channel_noise_var.shape[0]):
         tm = float(tm_all[b])
         p, s2 = participation_prob[b].to(_DT), noise_var[b].to(_DT)
@@ -113,10 +122,15 @@ def central_rows(*, participation_prob: torch.Tensor, noise_var: torch.Tensor,
                 law = local_count_law(1, device=dev)
             rows.append((float(p[j]), float(v), s_min, float(channel_noise_var[b]),
                          float(half[b])))
+            total_ok.append(bool((others_s2(s2, active, j) == s_min).all()))
             laws.append(law)
             point.append(b)
             target.append(float(delta[b]))
-    return RoundRows(spec=_spec(rows, stack_laws(laws), dim, dev),
+    spec = _spec(rows, stack_laws(laws), dim, dev)
+    spec = RoundSpec(*[getattr(spec, f) for f in ("participation_prob", "own_noise_var", "others_noise_var",
+                                                   "channel_noise_var", "half_sensitivity", "law", "dim")],
+                     total_ok=torch.tensor(total_ok, dtype=torch.bool, device=dev))
+    return RoundRows(spec=spec,
                      point=torch.tensor(point, dtype=torch.long, device=dev),
                      target=torch.tensor(target, dtype=_DT, device=dev))
 

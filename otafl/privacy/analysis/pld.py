@@ -26,9 +26,11 @@ from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
 from otafl.privacy.analysis.count_law import lump_counts, total_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, take_rows, with_dim
 
-__all__ = ["lower_convex_envelope", "round_profile", "profile_grid", "compose_profiles"]
+__all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "profile_grid", "compose_profiles"]
 
 _DT = torch.float64
+MAX_GRID_EPS = 500.0
+"""Largest grid end eps_max for a PLD (e^eps must stay finite); beyond, the total is +inf."""
 
 
 def lower_convex_envelope(x, y):
@@ -168,7 +170,7 @@ def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: 
                 one = take_rows(spec, rows[i:i + 1])
                 one = RoundSpec(one.participation_prob, one.own_noise_var, one.others_noise_var,
                                 one.channel_noise_var, one.half_sensitivity,
-                                lump_counts(one.law, int(width[i])), one.dim)
+                                lump_counts(one.law, int(width[i])), one.dim, one.total_ok)
                 out[i] = _others_upper(eps if eps.dim() == 1 else eps[i:i + 1], one, torch.tensor([0]), grid,
                                        max_elements)[0]
             return out
@@ -209,7 +211,8 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
 
     Returns
     -------
-    epsilon : float (0 when there is no round).
+    epsilon : float (0 when there is no round; +inf when the grid reaches beyond
+    :data:`MAX_GRID_EPS`, rounds leaking so much that the PLD is not worth building).
     """
     import numpy as np
     from dp_accounting.pld import pld_pmf
@@ -217,8 +220,10 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
 
     total = None
     for pos, count in profiles:
-        pos = np.asarray(pos, dtype=np.float64)
+        pos = np.nan_to_num(np.asarray(pos, dtype=np.float64), nan=1.0)  # an undefined value: the worst
         points = len(pos) - 1
+        if gap * points > MAX_GRID_EPS:
+            return math.inf
         e_np = gap * np.arange(points + 1)
         pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
         pos = lower_convex_envelope(np.exp(e_np), pos)
