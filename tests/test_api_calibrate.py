@@ -77,19 +77,19 @@ def test_rounds_is_an_integer_and_one_more_round_breaks_the_target(tiny):
 
 
 def test_tight_central_epsilon_is_not_monotone_in_p_so_several_intervals_are_reported(tiny):
-    r = calibrate(tiny, knob="sampling.p", target_epsilon=60.0, accountant="tight", tol=TOL)
+    r = calibrate(tiny, knob="sampling.p", target_epsilon=20.0, accountant="tight", tol=TOL)
     assert len(r.intervals) >= 2
     assert r.value == r.intervals[-1][1] == 1.0  # the largest p that meets the target
     for lo, hi in r.intervals:
-        assert total(tiny, sampling__p=lo) <= 60.0 and total(tiny, sampling__p=hi) <= 60.0
+        assert total(tiny, sampling__p=lo) <= 20.0 and total(tiny, sampling__p=hi) <= 20.0
     gap = r.intervals[0][1] + 2 * TOL  # just past the first interval's refined right end
-    assert gap < r.intervals[1][0] and total(tiny, sampling__p=gap) > 60.0
+    assert gap < r.intervals[1][0] and total(tiny, sampling__p=gap) > 20.0
 
 
 def test_snr_and_clip_take_the_least_private_end(tiny):
-    snr = calibrate(tiny, knob="channel.snr_db", target_epsilon=60.0, accountant="tight", tol=TOL)
+    snr = calibrate(tiny, knob="channel.snr_db", target_epsilon=24.0, accountant="tight", tol=TOL)
     assert snr.value == snr.intervals[-1][1] < 40.0
-    assert total(tiny, channel__snr_db=snr.value) <= 60.0 < total(tiny, channel__snr_db=snr.value + 2 * TOL)
+    assert total(tiny, channel__snr_db=snr.value) <= 24.0 < total(tiny, channel__snr_db=snr.value + 2 * TOL)
     clip = calibrate(tiny, knob="transmit.clip", target_epsilon=60.0, accountant="paper", tol=TOL)
     assert clip.value == clip.intervals[-1][1]
     assert total(tiny, "paper", transmit__clip=clip.value) <= 60.0

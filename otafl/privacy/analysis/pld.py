@@ -228,7 +228,9 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
         pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
         pos = lower_convex_envelope(np.exp(e_np), pos)
         neg = 1.0 - np.exp(-e_np) + np.exp(-e_np) * pos  # delta(-eps_i)
-        deltas = np.concatenate([neg[::-1], pos[1:]])
+        # Rounding in the lines above can break monotonicity by an ulp; a running minimum of
+        # upper bounds on a non-increasing profile is still an upper bound on it.
+        deltas = np.minimum.accumulate(np.concatenate([neg[::-1], pos[1:]]))
         pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -points, points, deltas)
         pld = PrivacyLossDistribution(pmf)
         pld = pld.self_compose(count) if count > 1 else pld
