@@ -11,9 +11,8 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from otafl.cli.main import cli
+from sweep_helpers import invoke, rows
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 4
@@ -39,18 +38,6 @@ def write_spec(tmp_path, text=SPEC, name="s.toml"):
     path = tmp_path / name
     path.write_text(text)
     return str(path)
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, ["sweep", *args, "--quiet"])
-
-
-def rows(db, sql):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_sweep_stores_every_grid_point_done_with_its_rounds(tmp_path):

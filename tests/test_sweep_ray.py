@@ -19,9 +19,9 @@ import time
 import uuid
 
 import pytest
-from click.testing import CliRunner
 
 from otafl.cli.main import cli
+from sweep_helpers import invoke, rows
 from otafl.sweep.executor import DEFAULT_EXECUTOR, EXECUTORS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,18 +46,6 @@ def write_spec(tmp_path, text=SPEC):
     path = tmp_path / "s.toml"
     path.write_text(text)
     return str(path)
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, ["sweep", *args, "--quiet"])
-
-
-def rows(db, sql):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def statuses(db):
