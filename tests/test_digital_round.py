@@ -124,4 +124,11 @@ def test_block_materialisation_equals_the_rows_of_the_full_one(ghost):
     w = torch.full((6, 7), 1 / 7, dtype=torch.float64)
     grads = ghost_gradients(model, x, y, w, weight_decay=0.1, ghost=ghost)
     rows = torch.tensor([4, 0, 2])
-    assert torch.allclose(grads.materialise_rows(rows), grads.materialise()[rows])
+    full = grads.materialise()
+    assert torch.allclose(grads.materialise_rows(rows), full[rows])
+    coef = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    assert torch.allclose(grads.materialise_rows(rows, coef), full[rows] * coef[:, None])
+    out = torch.full((3, full.shape[1] + 5), 7.0, dtype=torch.float64)  # padded block
+    grads.materialise_rows(slice(1, 4), coef, out=out)
+    assert torch.allclose(out[:, :full.shape[1]], full[1:4] * coef[:, None])
+    assert torch.all(out[:, full.shape[1]:] == 7.0)  # the padding is not touched

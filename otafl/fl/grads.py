@@ -146,6 +146,11 @@ def per_user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *
     return flatten(grads, batch_dims=1), ce
 
 
+def _take(t: Tensor, rows: Tensor | slice) -> Tensor:
+    """Rows of ``t`` along dim 0: a view for a slice, a gather for int64 indices."""
+    return t[rows] if isinstance(rows, slice) else t.index_select(0, rows)
+
+
 class UserGradients:
     """The n users' gradients g_k [d] as the round uses them.
 
@@ -168,10 +173,18 @@ class UserGradients:
         """All g_k as one [n, d] tensor (the per-user superposition path)."""
         raise NotImplementedError
 
-    def materialise_rows(self, rows: Tensor) -> Tensor:
-        """The g_k of the users ``rows`` (int64 indices into the n users) as [len(rows), d]
-        (the digital round, block by block)."""
-        return self.materialise().index_select(0, rows)
+    def materialise_rows(self, rows: Tensor | slice, coef: Tensor | None = None,
+                         out: Tensor | None = None) -> Tensor:
+        """``coef_k g_k`` of the users ``rows`` (int64 indices into the n users, or a slice)
+        as a [len(rows), d] tensor (the digital round, block by block); ``coef`` [len(rows)]
+        scales each row (None: 1). With ``out`` ([len(rows), D >= d]) the rows are written
+        into its first d columns and ``out`` is returned; otherwise a new tensor."""
+        block = _take(self.materialise(), rows)
+        block = block * coef.to(block.dtype)[:, None] if coef is not None else block.clone()
+        if out is None:
+            return block
+        out[:, :block.shape[1]].copy_(block)
+        return out
 
 
 class StackedGradients(UserGradients):
@@ -189,8 +202,6 @@ class StackedGradients(UserGradients):
     def materialise(self) -> Tensor:
         return self.grads
 
-    def materialise_rows(self, rows: Tensor) -> Tensor:
-        return self.grads.index_select(0, rows)
 
 
 @dataclass
@@ -258,16 +269,44 @@ class GhostGradients(UserGradients):
             grads = grads + self.weight_decay * self.flat_params
         return grads
 
-    def materialise_rows(self, rows: Tensor) -> Tensor:
-        def take(t):
-            return None if t is None else t.index_select(0, rows)
-
-        terms = [_LinearTerm(take(t.inputs), take(t.deltas), take(t.weight_grads), take(t.bias_grads))
-                 for t in self.terms]
-        grads = torch.cat([piece for term in terms for piece in term.per_user()], dim=1)
+    def materialise_rows(self, rows: Tensor | slice, coef: Tensor | None = None,
+                         out: Tensor | None = None) -> Tensor:
+        # coef scales the small factors (output gradients, bias gradients) before the
+        # products, which write straight into their columns of the block; a slice of users
+        # takes views (no gather)
+        first = self.terms[0].inputs
+        count = len(range(*rows.indices(first.shape[0]))) if isinstance(rows, slice) else rows.numel()
+        if out is None:
+            out = first.new_empty(count, self.dim)
+        scale = None if coef is None else coef.to(first.dtype)
+        col = 0
+        for t in self.terms:
+            if t.weight_grads is None:
+                deltas = _take(t.deltas, rows)
+                if scale is not None:
+                    deltas = deltas * scale.view(-1, 1, 1)
+                f_out, f_in = deltas.shape[-1], t.inputs.shape[-1]
+                # a contiguous product, then one copy: bmm into the strided block falls back to a
+                # per-user loop
+                out[:, col:col + f_out * f_in].copy_(
+                    torch.bmm(deltas.transpose(1, 2), _take(t.inputs, rows)).view(count, f_out * f_in))
+            else:
+                gw = _take(t.weight_grads, rows).flatten(1)
+                f_out, f_in = t.weight_grads.shape[1], t.weight_grads.shape[2]
+                target = out[:, col:col + f_out * f_in]
+                torch.mul(gw, scale[:, None], out=target) if scale is not None else target.copy_(gw)
+            col += f_out * f_in
+            if t.bias_grads is not None:
+                gb = _take(t.bias_grads, rows)
+                target = out[:, col:col + f_out]
+                torch.mul(gb, scale[:, None], out=target) if scale is not None else target.copy_(gb)
+                col += f_out
         if self.weight_decay:
-            grads = grads + self.weight_decay * self.flat_params
-        return grads
+            wd = torch.full((count, 1), self.weight_decay, dtype=out.dtype, device=out.device)
+            if scale is not None:
+                wd = wd * scale[:, None]
+            out[:, :self.dim].addcmul_(wd, self.flat_params.to(out.dtype)[None, :])
+        return out
 
 
 def supports_ghost(model: nn.Module) -> bool:

@@ -16,19 +16,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from otafl.fl.coins import bernoulli_grid
+
 __all__ = ["stochastic_round", "modular_sum", "secagg_decode", "SecAggResult"]
 
 
-def stochastic_round(x: Tensor, generator: torch.Generator) -> Tensor:
+def stochastic_round(x: Tensor, generator: torch.Generator, *, scratch: bool = False) -> Tensor:
     """Unbiased stochastic rounding: floor(x) + Bernoulli(x - floor(x)), same dtype as x.
 
-    E[result] = x (up to the 2^-24 grid of the uniforms); |result - x| < 1. One uniform per
-    element from ``generator``; ``x`` is not modified.
+    E[result] = x up to the 2^-24 grid of the coins (:func:`bernoulli_grid`: the probability
+    of rounding up is ceil(2^24 frac) / 2^24); |result - x| < 1. With ``scratch`` the caller
+    gives ``x`` up (it is overwritten with its fractional parts); otherwise ``x`` is not modified.
     """
     low = torch.floor(x)
-    frac = x - low
-    u = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=generator.device)
-    return low.add_(u.to(x.device).lt_(frac))
+    frac = x.sub_(low) if scratch else x - low
+    return low.add_(bernoulli_grid(frac, generator))
 
 
 def modular_sum(messages: Tensor, bits: int) -> Tensor:
