@@ -4,8 +4,10 @@ The mechanism (Kairouz, Liu & Steinke 2021, "The distributed discrete Gaussian m
 federated learning with secure aggregation", ICML; arXiv:2102.06387): each of n participants
 adds i.i.d. N_Z(0, sigma^2) noise to every one of the d coordinates of its integer vector;
 the server sees the sum. The sum of discrete Gaussians is *not* a discrete Gaussian, but it
-is close to one. Their Theorem 1 / Proposition 14 (eq. 17): for sigma >= 1/2, every
-Delta in Z^d and every alpha >= 1, with
+is close to one. Their Theorem 1 / Proposition 14 (eq. 17), in the form the paper's public
+accounting code uses (google-research/federated, distributed_dp/accounting_utils.py; the
+paper's text was not at hand, and the condition sigma >= 1/2 is applied conservatively):
+for sigma >= 1/2, every Delta in Z^d and every alpha >= 1, with
 
     tau_n = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sigma^2 k / (k + 1)),
 
