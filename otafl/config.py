@@ -111,11 +111,11 @@ class DigitalSpec:
     """Orthogonal access + secure aggregation, read when train.aggregation = "digital"
     (docs/model.md#digital)."""
 
-    mechanism: str = "skellam"  # gaussian (continuous reference) | skellam | pbm
+    mechanism: str = "skellam"  # gaussian (continuous reference) | skellam | ddg | pbm
     bits: int = 16  # bits per coordinate: the field Z_{2^bits} of secure aggregation
-    sigma2: float = 0.1  # per-user noise variance per coordinate, gradient units (gaussian, skellam)
-    scale: float | str = "auto"  # integer levels per gradient unit (skellam); auto: fill the field
-    rotation: bool = True  # random Walsh-Hadamard rotation before quantising (skellam, pbm)
+    sigma2: float = 0.1  # per-user noise variance per coordinate, gradient units (gaussian, skellam, ddg)
+    scale: float | str = "auto"  # integer levels per gradient unit (skellam, ddg); auto: fill the field
+    rotation: bool = True  # random Walsh-Hadamard rotation before quantising (skellam, ddg, pbm)
     theta: float | str = "auto"  # pbm: p = 1/2 + theta x / c in (0, 1/2); auto: noise variance sigma2
     clip_prob: float = 1e-6  # probability that a rotated coordinate leaves [-c, c] (sets c)
     access: str = "tdma"  # tdma | ofdma

@@ -15,6 +15,7 @@ SMALL = ["--set", "data.users=20", "--set", "train.rounds=3", "--set", "train.ev
 
 @pytest.mark.parametrize("setting,needle", [
     ("digital.mechanism='pbn'", "'pbn'"),
+    ("digital.mechanism='dgg'", "'dgg'"),
     ("digital.bits=4", "digital.bits = 4"),          # pbm with 20 users needs 2^bits > 20
     ("digital.theta=0.5", "digital.theta = 0.5"),
     ("digital.access='cdma'", "'cdma'"),
@@ -32,7 +33,7 @@ def test_bad_digital_input_is_one_line_and_exit_2(tmp_path, setting, needle):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("mechanism", ["gaussian", "skellam", "pbm"])
+@pytest.mark.parametrize("mechanism", ["gaussian", "skellam", "ddg", "pbm"])
 def test_a_digital_run_reports_accuracy_cost_and_its_mechanism_privacy(tmp_path, mechanism):
     out = tmp_path / mechanism
     res = CliRunner().invoke(cli, ["run", "experiments/quickstart.toml", "--quiet", "--out", str(out), *SMALL,

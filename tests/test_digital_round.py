@@ -42,6 +42,8 @@ def _true_sum():
     ("gaussian", {"sigma2": 0.05}, 2500),
     ("skellam", {"sigma2": 0.05, "bits": 20}, 2500),
     ("skellam", {"sigma2": 0.0, "bits": 16, "scale": 3.0}, 2500),   # coarse grid: rounding dominates
+    ("ddg", {"sigma2": 0.05, "bits": 20}, 2500),
+    ("ddg", {"sigma2": 0.05, "bits": 16, "scale": 3.0}, 2500),   # coarse grid, sigma_u ~ 0.7 levels
     ("pbm", {"bits": 8, "theta": 0.2, "clip_prob": 0.2}, 2500),
 ])
 @pytest.mark.parametrize("superposition", ["aggregate", "per-user"])
@@ -132,3 +134,27 @@ def test_block_materialisation_equals_the_rows_of_the_full_one(ghost):
     grads.materialise_rows(slice(1, 4), coef, out=out)
     assert torch.allclose(out[:, :full.shape[1]], full[1:4] * coef[:, None])
     assert torch.all(out[:, full.shape[1]:] == 7.0)  # the padding is not touched
+
+
+
+@pytest.mark.parametrize("superposition", ["aggregate", "per-user"])
+def test_ddg_rounds_add_n_discrete_gaussian_shares(superposition):
+    """Seed 0, no rotation, zero gradients on an integer grid: the decoded sum times s is the
+    sum of K shares N_Z(0, sigma^2 s^2) per coordinate, integer-valued, with the summed exact
+    variance (K x the discrete Gaussian's variance, below K sigma^2 s^2) within 5 standard errors."""
+    from otafl.fl.discrete_gaussian import discrete_gaussian_pmf
+
+    digital = _setup("ddg", sigma2=0.02, bits=24, scale=5.0, rotation="false")  # sigma_u^2 = 0.5 levels^2
+    zero = StackedGradients(torch.zeros(K, D_MODEL, dtype=torch.float64))
+    gen = torch.Generator().manual_seed(0)
+    h, active = torch.ones(K, dtype=torch.float64), torch.ones(K, dtype=torch.bool)
+    draws = torch.stack([digital_aggregate(zero, h, active, None, gen, superposition=superposition,
+                                           digital=digital).aligned_sum.double() * 5.0 for _ in range(3000)])
+    assert bool((draws == torch.round(draws)).all())
+    support = torch.arange(-40, 41, dtype=torch.float64).numpy()
+    pmf = discrete_gaussian_pmf(support, 0.5)
+    var_share = float((pmf * support ** 2).sum())  # ~0.4985 < 0.5
+    m2 = (draws ** 2).mean()
+    fourth = 3 * (K * var_share) ** 2  # ~ the summed law's 4th moment (close to Gaussian)
+    se = math.sqrt((fourth - (K * var_share) ** 2) / draws.numel())
+    assert abs(float(m2) - K * var_share) <= 5 * se, (float(m2), K * var_share, se)

@@ -12,6 +12,8 @@ supports; a user in outage sends nothing and its update is lost.
 ``skellam``   rotate (x = R g, :mod:`otafl.fl.rotation`), scale by s, round stochastically,
               add Skellam(sigma^2 s^2) noise, sum mod 2^bits; decode centred, divide by s,
               rotate back (Agarwal, Kairouz & Liu 2021).
+``ddg``       the same pipeline with discrete Gaussian shares N_Z(0, sigma^2 s^2) per user and
+              coordinate (:mod:`otafl.fl.discrete_gaussian`; Kairouz, Liu & Steinke 2021).
 ``pbm``       rotate, clip each coordinate to the box [-c, c], send Binomial(m, 1/2 + theta x / c)
               per coordinate, sum mod 2^bits (never wraps: m = floor((2^bits - 1) / K); theta
               "auto" makes the per-user noise variance at most sigma^2, as for the others);
@@ -20,7 +22,10 @@ supports; a user in outage sends nothing and its update is lost.
 
 ``superposition = "aggregate"`` draws the summed Gaussian or Skellam noise once (equal in law
 to the users' shares); ``"per-user"`` draws every share and reduces every message mod 2^bits
-literally. The PBM always draws per user.
+literally. The PBM always draws per user. DDG draws every user's share in both modes: a sum
+of discrete Gaussians is *not* a discrete Gaussian, so no single draw has the sum's law;
+``"aggregate"`` only skips the per-message reduction mod 2^bits (the shares of a block of
+users are drawn in one batch and summed).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from torch import Tensor
 
 from otafl.channel.orthogonal import uplink_cost
 from otafl.errors import OtaflInputError
+from otafl.fl.discrete_gaussian import discrete_gaussian
 from otafl.fl.grads import UserGradients
 from otafl.fl.rotation import coordinate_bound, fwht, padded_dim, random_signs, unrotate
 from otafl.fl.coins import GRID_BITS, CoinSource, bernoulli_grid, coins_below
@@ -46,12 +52,16 @@ __all__ = ["MECHANISMS", "DigitalSetup", "build_digital", "binomial_counts", "di
 MECHANISMS = {
     "gaussian": "continuous Gaussian shares (reference; no quantisation)",
     "skellam": "rotation, stochastic rounding, Skellam shares, modular sum",
+    "ddg": "rotation, stochastic rounding, discrete Gaussian shares, modular sum",
     "pbm": "rotation, box, Poisson-binomial encoding, modular sum",
 }
 """Digital mechanisms by name (``digital.mechanism``)."""
 
+SCALED = ("skellam", "ddg")
+"""The mechanisms that scale, round stochastically and add integer shares (same decoding)."""
+
 OVERFLOW_SIGMAS = 6.0
-"""``scale = "auto"`` (skellam) fits K c + 6 sqrt(K sigma^2) (in gradient units) plus the K
+"""``scale = "auto"`` (skellam, ddg) fits K c + 6 sqrt(K sigma^2) (in gradient units) plus the K
 rounding steps into half the field."""
 
 
@@ -62,7 +72,7 @@ class DigitalSetup:
     power : [K] float64 P_k, the energy budget per d-dimensional block (as over the air).
     coordinates : D sent per user (2^k >= d when rotated, d for ``gaussian``).
     box : c, per-coordinate bound of the rotated vector (pbm; also sizes the auto scale).
-    scale : s, integer levels per gradient unit (skellam).  trials : m (pbm).
+    scale : s, integer levels per gradient unit (skellam, ddg).  trials : m (pbm).
     """
 
     mechanism: str
@@ -114,12 +124,12 @@ def build_digital(spec, *, dim: int, power: Tensor, n0: float) -> DigitalSetup:
     D = padded_dim(dim) if rotated else int(dim)
     box = coordinate_bound(norm=L, coordinates=D, failure=dg.clip_prob) if rotated else L
     scale, trials = math.nan, 0
-    if dg.mechanism == "skellam":
+    if dg.mechanism in SCALED:
         if dg.scale == "auto":
             room = (1 << (dg.bits - 1)) - 1 - K
             scale = room / (K * box + OVERFLOW_SIGMAS * math.sqrt(K * dg.sigma2))
             if not scale > 0:
-                raise OtaflInputError(f"digital.bits = {dg.bits} is too small for skellam with {K} users "
+                raise OtaflInputError(f"digital.bits = {dg.bits} is too small for {dg.mechanism} with {K} users "
                                       f"(no room for the sum in 2^{dg.bits})")
         else:
             scale = float(dg.scale)
@@ -196,9 +206,9 @@ def _coin_sum(coins: Tensor) -> Tensor:
 
 
 def _level(digital: DigitalSetup) -> float:
-    """What the rotated gradient is multiplied by before encoding: s (skellam), or
+    """What the rotated gradient is multiplied by before encoding: s (skellam, ddg), or
     2^24 theta / c (pbm: the coin thresholds 2^24 p = 2^24 (1/2 + theta x / c), box [-c, c])."""
-    return digital.scale if digital.mechanism == "skellam" else COIN_SCALE * digital.theta / digital.box
+    return digital.scale if digital.mechanism in SCALED else COIN_SCALE * digital.theta / digital.box
 
 
 def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, coins: CoinSource,
@@ -217,6 +227,12 @@ def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, 
         up = coins_below(x.sub_(low).mul_(COIN_SCALE), coins)  # stochastic rounding's coins
         # |floor(x)| <= s L + 1: the rotation keeps the clipped norm
         return _block_sum(low, digital.scale * digital.clip + 1.0) + _coin_sum(up), None, 0
+    if digital.mechanism == "ddg":  # every share drawn, whatever the superposition (module docstring)
+        low = torch.floor(x)
+        q = low.add_(coins_below(x.sub_(low).mul_(COIN_SCALE), coins))
+        msgs = q.to(torch.float64) + discrete_gaussian(q.shape, digital.noise_var * digital.scale ** 2,
+                                                       generator).to(q.device)
+        return msgs.sum(0), modular_sum(msgs, digital.bits) if per_user else None, 0
     edge = COIN_SCALE * digital.theta  # the box [-c, c] in threshold units
     lo, hi = torch.aminmax(x)  # one read; clip and count only when some coordinate is outside
     clipped = 0
@@ -313,7 +329,7 @@ def digital_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup, ge
     signs = random_signs(digital.coordinates, generator, dtype).to(factor.device) if digital.rotation else None
     true, wrapped, clipped = _encode_sum(grads, rows, factor.index_select(0, rows), digital, generator, per_user,
                                          signs)
-    if digital.mechanism == "skellam":
+    if digital.mechanism in SCALED:
         dec = secagg_decode(wrapped, digital.bits, lo=-(1 << (digital.bits - 1)), true_sum=true)
         total = dec.decoded / digital.scale
         noise_var = n * digital.noise_var

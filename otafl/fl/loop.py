@@ -234,7 +234,7 @@ def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float |
     ``steps`` (local DP-SGD steps) and ``digital`` (secure aggregation; always run for a
     digital round) compose with their own run-level functions; the others through
     :func:`account_run`. The over-the-air accountants model Gaussian noise, so for
-    ``skellam`` and ``pbm`` shares they are skipped, with a note."""
+    ``skellam``, ``ddg`` and ``pbm`` shares they are skipped, with a note."""
     names = list(spec.privacy.accountants)
     own: dict[str, object] = {}
     if "steps" in names:

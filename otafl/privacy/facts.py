@@ -21,9 +21,9 @@ __all__ = ["DigitalMechanism", "RoundFacts", "stack_facts"]
 class DigitalMechanism:
     """What a digital (secure-aggregation) round adds to the facts (docs/privacy.md#digital).
 
-    name : ``gaussian`` (continuous shares), ``skellam`` or ``pbm``.
-    noise_var : per-user noise variance per coordinate, gradient units (gaussian, skellam).
-    scale : integer levels per gradient unit (skellam; nan otherwise).
+    name : ``gaussian`` (continuous shares), ``skellam``, ``ddg`` or ``pbm``.
+    noise_var : per-user noise variance per coordinate, gradient units (gaussian, skellam, ddg).
+    scale : integer levels per gradient unit (skellam, ddg; nan otherwise).
     coordinates : D, coordinates sent per user (the padded dimension when rotated).
     box : c, per-coordinate bound of the rotated vector (pbm; inf otherwise).
     theta, trials : the PBM's theta and m (nan and 0 otherwise).

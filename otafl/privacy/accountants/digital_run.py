@@ -25,13 +25,14 @@ from otafl.privacy.analysis.distributed import (
     rdp_mixture,
     rdp_to_epsilon,
 )
+from otafl.privacy.analysis.ddg import ddg_rdp
 from otafl.privacy.analysis.pbm import pbm_rdp
 from otafl.privacy.analysis.skellam import integer_l1_bound, rounded_norm_bound, skellam_rdp
 from otafl.privacy.facts import DigitalMechanism, RoundFacts
 
 __all__ = ["ROUNDING_BETA", "MECHANISM_NAMES", "account_digital_run", "mechanism_rdp"]
 
-MECHANISM_NAMES = ("gaussian", "skellam", "pbm")
+MECHANISM_NAMES = ("gaussian", "skellam", "ddg", "pbm")
 ROUNDING_BETA = 1e-100
 """Probability that a user's stochastically rounded vector exceeds the Hoeffding norm bound
 (:func:`~otafl.privacy.analysis.skellam.rounded_norm_bound`); charged as
@@ -45,7 +46,9 @@ def mechanism_rdp(mech: DigitalMechanism, participants, *, sensitivity: float, b
 
     Skellam: integer units, Delta_2 = 2 * (bound on the rounded norm of a vector of norm
     scale * Delta / 2 in ``coordinates`` dimensions, failing w.p. ``beta``), Delta_1 =
-    min(Delta_2^2, sqrt(D) Delta_2), variance n sigma^2 scale^2. PBM: the bound of
+    min(Delta_2^2, sqrt(D) Delta_2), variance n sigma^2 scale^2. DDG: the same Delta_2 and
+    Delta_1, per-share sigma^2 scale^2, the bound of :func:`~otafl.privacy.analysis.ddg.ddg_rdp`
+    (Kairouz, Liu & Steinke 2021) in D coordinates. PBM: the bound of
     :func:`~otafl.privacy.analysis.pbm.pbm_rdp`. Gaussian: alpha Delta^2 / (2 n sigma^2).
     """
     n = torch.as_tensor(participants, dtype=torch.float64).reshape(-1)
@@ -54,9 +57,12 @@ def mechanism_rdp(mech: DigitalMechanism, participants, *, sensitivity: float, b
         var = n * mech.noise_var
         out = a * sensitivity ** 2 / (2 * var.unsqueeze(-1))
         return torch.where(var.unsqueeze(-1) > 0, out, torch.full_like(out, math.inf))
-    if mech.name == "skellam":
+    if mech.name in ("skellam", "ddg"):
         d2 = 2.0 * rounded_norm_bound(norm=mech.scale * sensitivity / 2.0, dim=mech.coordinates, beta=beta)
         d1 = integer_l1_bound(l2=d2, dim=mech.coordinates)
+        if mech.name == "ddg":
+            return ddg_rdp(orders=orders, l2_sensitivity=d2, l1_sensitivity=d1,
+                           sigma2=mech.noise_var * mech.scale ** 2, participants=n.long(), dim=mech.coordinates)
         return skellam_rdp(orders=orders, l2_sensitivity=d2, l1_sensitivity=d1,
                            variance=n * mech.noise_var * mech.scale ** 2)
     if mech.name == "pbm":
