@@ -85,9 +85,10 @@ PAPER_SPEC = REPO / "experiments" / "paper-mnist.toml"
 PRESET = ["sampling.p=1.0", "data.batch_size=32"]
 MODELS = {"single": ["model.name='single-layer'"], "two": ["model.name='two-layer'", "model.hidden=100"]}
 METHODS = ("round", "loop", "opacus", "vmap", "floor")
-DIGITAL_METHODS = ("dg_gaussian", "dg_skellam", "dg_pbm")
+DIGITAL_METHODS = ("dg_gaussian", "dg_skellam", "dg_pbm", "dg_ddg")
 DIGITAL = {"dg_gaussian": ["digital.mechanism='gaussian'"], "dg_skellam": ["digital.mechanism='skellam'"],
-           "dg_pbm": ["digital.mechanism='pbm'", "digital.bits=8"]}  # PBM as in experiments/ota-vs-digital
+           "dg_pbm": ["digital.mechanism='pbm'", "digital.bits=8"],  # PBM as in experiments/ota-vs-digital
+           "dg_ddg": ["digital.mechanism='ddg'"]}
 
 
 # ---------------------------------------------------------------- per-user gradient methods

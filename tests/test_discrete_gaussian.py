@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from scipy.stats import chi2
 
 from otafl.fl.discrete_gaussian import discrete_gaussian, discrete_gaussian_pmf
@@ -72,3 +73,43 @@ def test_discrete_gaussian_is_reproducible_and_handles_zero_noise():
     assert torch.equal(a, b)
     assert torch.equal(discrete_gaussian((4,), 0.0, torch.Generator()), torch.zeros(4, dtype=torch.float64))
     assert discrete_gaussian(0, 1.0, torch.Generator()).numel() == 0
+
+
+@pytest.mark.parametrize("n, sigma2", [(1, 2.0), (3, 2.0), (5, 0.3), (4, 7.3), (12, 1.0)])
+def test_the_tabulated_law_of_a_sum_of_shares_is_the_direct_convolution(n, sigma2):
+    from otafl.fl.discrete_gaussian import sum_table
+
+    low, cdf = sum_table(n, sigma2)
+    pmf = np.diff(np.concatenate([[0.0], cdf.numpy()]))
+    x = np.arange(-80, 81)
+    one = discrete_gaussian_pmf(x, sigma2)
+    conv = one
+    for _ in range(n - 1):
+        conv = np.convolve(conv, one)
+    values = np.arange(conv.size) - (conv.size - 1) // 2
+    mine = np.zeros_like(conv)
+    inside = (values >= low) & (values < low + pmf.size)
+    mine[inside] = pmf[values[inside] - low]
+    assert 0.5 * np.abs(mine - conv).sum() < 1e-12  # total variation
+    assert pmf[~np.isin(np.arange(pmf.size) + low, values)].sum() < 1e-12  # no mass the convolution lacks
+
+
+def test_summed_draws_follow_the_law_of_the_sum_and_fall_back_to_shares(monkeypatch):
+    from otafl.fl import discrete_gaussian as dg
+
+    n, sigma2, draws = 3, 2.0, 200_000
+    x = np.arange(-80, 81)
+    one = discrete_gaussian_pmf(x, sigma2)
+    conv = np.convolve(np.convolve(one, one), one)
+    values = np.arange(conv.size) - (conv.size - 1) // 2
+    for table_max in (dg.SUM_TABLE_MAX, 1):  # the table, then share by share
+        monkeypatch.setattr(dg, "SUM_TABLE_MAX", table_max)
+        dg.sum_table.cache_clear()
+        sample = dg.discrete_gaussian_sum((draws,), n, sigma2, torch.Generator().manual_seed(0))  # seed 0
+        assert bool((sample == torch.round(sample)).all())
+        keep = np.abs(values) <= 8  # cells with enough mass; the rest pooled
+        observed = np.array([(sample == v).sum().item() for v in values[keep]] + [0.0])
+        observed[-1] = draws - observed[:-1].sum()
+        expected = np.concatenate([conv[keep], [conv[~keep].sum()]]) * draws
+        assert stats.chisquare(observed, expected).pvalue > 1e-3
+    dg.sum_table.cache_clear()
