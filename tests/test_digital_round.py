@@ -134,6 +134,9 @@ def test_block_materialisation_equals_the_rows_of_the_full_one(ghost):
     grads.materialise_rows(slice(1, 4), coef, out=out)
     assert torch.allclose(out[:, :full.shape[1]], full[1:4] * coef[:, None])
     assert torch.all(out[:, full.shape[1]:] == 7.0)  # the padding is not touched
+    columns = torch.linspace(-2.0, 3.0, full.shape[1], dtype=torch.float64)  # e.g. signs x scale
+    grads.materialise_rows(slice(1, 4), coef, out=out, columns=columns)
+    assert torch.allclose(out[:, :full.shape[1]], full[1:4] * coef[:, None] * columns[None, :])
 
 
 

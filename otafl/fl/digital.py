@@ -278,9 +278,9 @@ def _encode_sum(grads: UserGradients, rows: Tensor, factor: Tensor, digital: Dig
     for i in range(0, n, USER_CHUNK):
         b = min(USER_CHUNK, n - i)
         take = slice(i, i + b) if everyone else rows[i:i + b]
-        block = grads.materialise_rows(take, factor[i:i + b], out=buffer[:b])
+        block = grads.materialise_rows(take, factor[i:i + b], out=buffer[:b],
+                                       columns=coef if signs is not None else None)
         if signs is not None:
-            block[:, :d].mul_(coef)
             x = fwht(block)
         else:
             x = block * level

@@ -174,13 +174,16 @@ class UserGradients:
         raise NotImplementedError
 
     def materialise_rows(self, rows: Tensor | slice, coef: Tensor | None = None,
-                         out: Tensor | None = None) -> Tensor:
+                         out: Tensor | None = None, columns: Tensor | None = None) -> Tensor:
         """``coef_k g_k`` of the users ``rows`` (int64 indices into the n users, or a slice)
         as a [len(rows), d] tensor (the digital round, block by block); ``coef`` [len(rows)]
-        scales each row (None: 1). With ``out`` ([len(rows), D >= d]) the rows are written
-        into its first d columns and ``out`` is returned; otherwise a new tensor."""
+        scales each row (None: 1), ``columns`` [d] each column (None: 1). With ``out``
+        ([len(rows), D >= d]) the rows are written into its first d columns and ``out`` is
+        returned; otherwise a new tensor."""
         block = _take(self.materialise(), rows)
         block = block * coef.to(block.dtype)[:, None] if coef is not None else block.clone()
+        if columns is not None:
+            block.mul_(columns.to(block.dtype))
         if out is None:
             return block
         out[:, :block.shape[1]].copy_(block)
@@ -270,15 +273,24 @@ class GhostGradients(UserGradients):
         return grads
 
     def materialise_rows(self, rows: Tensor | slice, coef: Tensor | None = None,
-                         out: Tensor | None = None) -> Tensor:
+                         out: Tensor | None = None, columns: Tensor | None = None) -> Tensor:
         # coef scales the small factors (output gradients, bias gradients) before the
-        # products, which write straight into their columns of the block; a slice of users
-        # takes views (no gather)
+        # products; each product is written into its columns of the block in the same pass
+        # that applies ``columns``; a slice of users takes views (no gather)
         first = self.terms[0].inputs
         count = len(range(*rows.indices(first.shape[0]))) if isinstance(rows, slice) else rows.numel()
         if out is None:
             out = first.new_empty(count, self.dim)
         scale = None if coef is None else coef.to(first.dtype)
+        cols = None if columns is None else columns.to(first.dtype)
+
+        def put(piece: Tensor, start: int, width: int) -> None:  # out[:, start:start+width] = piece * cols
+            target = out[:, start:start + width]
+            if cols is None:
+                target.copy_(piece)
+            else:
+                torch.mul(piece, cols[start:start + width], out=target)
+
         col = 0
         for t in self.terms:
             if t.weight_grads is None:
@@ -286,26 +298,25 @@ class GhostGradients(UserGradients):
                 if scale is not None:
                     deltas = deltas * scale.view(-1, 1, 1)
                 f_out, f_in = deltas.shape[-1], t.inputs.shape[-1]
-                # a contiguous product, then one copy: bmm into the strided block falls back to a
-                # per-user loop
-                out[:, col:col + f_out * f_in].copy_(
-                    torch.bmm(deltas.transpose(1, 2), _take(t.inputs, rows)).view(count, f_out * f_in))
+                # a contiguous product, written by ``put``: bmm into the strided block itself
+                # falls back to a per-user loop
+                put(torch.bmm(deltas.transpose(1, 2), _take(t.inputs, rows)).view(count, f_out * f_in),
+                    col, f_out * f_in)
             else:
                 gw = _take(t.weight_grads, rows).flatten(1)
                 f_out, f_in = t.weight_grads.shape[1], t.weight_grads.shape[2]
-                target = out[:, col:col + f_out * f_in]
-                torch.mul(gw, scale[:, None], out=target) if scale is not None else target.copy_(gw)
+                put(gw * scale[:, None] if scale is not None else gw, col, f_out * f_in)
             col += f_out * f_in
             if t.bias_grads is not None:
                 gb = _take(t.bias_grads, rows)
-                target = out[:, col:col + f_out]
-                torch.mul(gb, scale[:, None], out=target) if scale is not None else target.copy_(gb)
+                put(gb * scale[:, None] if scale is not None else gb, col, f_out)
                 col += f_out
         if self.weight_decay:
             wd = torch.full((count, 1), self.weight_decay, dtype=out.dtype, device=out.device)
             if scale is not None:
                 wd = wd * scale[:, None]
-            out[:, :self.dim].addcmul_(wd, self.flat_params.to(out.dtype)[None, :])
+            w = self.flat_params.to(out.dtype)
+            out[:, :self.dim].addcmul_(wd, (w * cols if cols is not None else w)[None, :])
         return out
 
 
