@@ -192,18 +192,25 @@ COIN_SCALE = float(1 << GRID_BITS)
 """Coin thresholds are kept as probabilities times 2^24 (:func:`~otafl.fl.secagg.coins_below`)."""
 
 
-def _block_sum(t: Tensor, bound: float) -> Tensor:
-    """sum over dim 0 of an integer-valued block, exactly, as [D] float64: in t's own dtype
-    when every partial sum is below 2^24 in magnitude (``bound`` bounds |t|), else in float64."""
-    if t.dtype == torch.float64 or t.shape[0] * bound < FLOAT32_EXACT:
-        return t.sum(0).to(torch.float64)
-    return t.sum(0, dtype=torch.float64)
+class _Sums:
+    """The exact integer sum [D] of the encoded messages, accumulated block by block without a
+    float64 pass per block: integer-valued float blocks are summed in their own dtype while
+    ``bound`` (a bound on the magnitude of the total) stays below 2^24, else in float64;
+    coins are summed as bytes into int32."""
 
+    def __init__(self, size: int, device, dtype, bound: float):
+        wide = dtype == torch.float64 or not bound < FLOAT32_EXACT
+        self.values = torch.zeros(size, dtype=torch.float64 if wide else dtype, device=device)
+        self.coins = torch.zeros(size, dtype=torch.int32, device=device)
 
-def _coin_sum(coins: Tensor) -> Tensor:
-    """Column sums of a bool block as [D] float64 (bytes summed in int32: a bool sum would
-    first copy the block to int64)."""
-    return coins.view(torch.uint8).sum(0, dtype=torch.int32).to(torch.float64)
+    def add_values(self, t: Tensor) -> None:
+        self.values += t.sum(0, dtype=self.values.dtype)
+
+    def add_coins(self, coins: Tensor) -> None:
+        self.coins += coins.view(torch.uint8).sum(0, dtype=torch.int32)
+
+    def total(self) -> Tensor:
+        return self.values.to(torch.float64) + self.coins.to(torch.float64)
 
 
 def _level(digital: DigitalSetup) -> float:
@@ -213,30 +220,25 @@ def _level(digital: DigitalSetup) -> float:
 
 
 def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, coins: CoinSource,
-                  per_user: bool):
-    """One block of users' messages: (their true integer sum [D] float64, their messages'
-    sum mod m [D] int64 when ``per_user`` else None, coordinates clipped to the box).
+                  per_user: bool, sums: _Sums):
+    """One block of users' messages: adds their true integer sum to ``sums``; returns (their
+    messages' sum mod m [D] int64 when ``per_user`` else None, coordinates clipped to the box).
 
     ``x`` is the block's rotated vectors times :func:`_level`; it is used as scratch."""
-    if digital.mechanism == "skellam":
+    if digital.mechanism in SCALED:
         low = torch.floor(x)
-        if per_user:
-            q = low.add_(coins_below(x.sub_(low).mul_(COIN_SCALE), coins))
-            mu = digital.noise_var * digital.scale ** 2 / 2.0  # each Poisson's mean, per user
-            msgs = q.to(torch.float64) + _skellam_noise(q.shape, mu, generator).to(q.device)
-            return msgs.sum(0), modular_sum(msgs, digital.bits), 0
         up = coins_below(x.sub_(low).mul_(COIN_SCALE), coins)  # stochastic rounding's coins
-        # |floor(x)| <= s L + 1: the rotation keeps the clipped norm
-        return _block_sum(low, digital.scale * digital.clip + 1.0) + _coin_sum(up), None, 0
-    if digital.mechanism == "ddg":
-        low = torch.floor(x)
-        if per_user:  # every share drawn
-            q = low.add_(coins_below(x.sub_(low).mul_(COIN_SCALE), coins))
-            msgs = q.to(torch.float64) + discrete_gaussian(q.shape, digital.noise_var * digital.scale ** 2,
-                                                           generator).to(q.device)
-            return msgs.sum(0), modular_sum(msgs, digital.bits), 0
-        up = coins_below(x.sub_(low).mul_(COIN_SCALE), coins)  # the shares' sum: _encode_sum
-        return _block_sum(low, digital.scale * digital.clip + 1.0) + _coin_sum(up), None, 0
+        if not per_user:  # the noise shares' sum is drawn by _encode_sum
+            sums.add_values(low)
+            sums.add_coins(up)
+            return None, 0
+        q = low.add_(up)
+        var = digital.noise_var * digital.scale ** 2  # per share
+        share = (_skellam_noise(q.shape, var / 2.0, generator) if digital.mechanism == "skellam"
+                 else discrete_gaussian(q.shape, var, generator))
+        msgs = q.to(torch.float64) + share.to(q.device)
+        sums.add_values(msgs)
+        return modular_sum(msgs, digital.bits), 0
     edge = COIN_SCALE * digital.theta  # the box [-c, c] in threshold units
     lo, hi = torch.aminmax(x)  # one read; clip and count only when some coordinate is outside
     clipped = 0
@@ -252,8 +254,11 @@ def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, 
                 counts.add_(coins_below(x, coins, centred=True))
     else:
         counts = binomial_counts(digital.trials, x.add_(COIN_SCALE / 2).mul_(1.0 / COIN_SCALE), generator)
-    true = _coin_sum(counts) if counts.dtype == torch.bool else _block_sum(counts, digital.trials)
-    return true, modular_sum(counts, digital.bits) if per_user else None, clipped
+    if counts.dtype == torch.bool:
+        sums.add_coins(counts)
+    else:
+        sums.add_values(counts)
+    return (modular_sum(counts, digital.bits) if per_user else None), clipped
 
 
 def _encode_sum(grads: UserGradients, rows: Tensor, factor: Tensor, digital: DigitalSetup,
@@ -272,7 +277,9 @@ def _encode_sum(grads: UserGradients, rows: Tensor, factor: Tensor, digital: Dig
         coef = signs.to(dtype)[:d] * (level / math.sqrt(D))
     everyone = n == grads.norms.numel()  # rows = 0..n-1: blocks are slices
     buffer = torch.zeros(min(USER_CHUNK, n), D, dtype=dtype, device=device)  # columns d.. stay 0
-    true = torch.zeros(D, dtype=torch.float64, device=device)
+    # |q| <= s L + 1 per user and coordinate (the rotation keeps the clipped norm); counts <= m
+    bound = n * (digital.scale * digital.clip + 1.0 if digital.mechanism in SCALED else float(digital.trials))
+    sums = _Sums(D, device, torch.float64 if per_user else dtype, bound)
     wrapped = torch.zeros(D, dtype=torch.int64, device=device) if per_user else None
     clipped = 0
     for i in range(0, n, USER_CHUNK):
@@ -284,11 +291,11 @@ def _encode_sum(grads: UserGradients, rows: Tensor, factor: Tensor, digital: Dig
             x = fwht(block)
         else:
             x = block * level
-        part, part_wrapped, part_clipped = _encode_chunk(x, digital, generator, coins, per_user)
-        true += part
+        part_wrapped, part_clipped = _encode_chunk(x, digital, generator, coins, per_user, sums)
         clipped += part_clipped
         if per_user:
             wrapped = torch.remainder(wrapped + part_wrapped, m)
+    true = sums.total()
     if not per_user:
         if digital.mechanism == "skellam":  # the summed shares, drawn once (equal in law)
             true += _skellam_noise((D,), n * digital.noise_var * digital.scale ** 2 / 2.0, generator).to(device)
