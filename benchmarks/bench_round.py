@@ -17,10 +17,12 @@ per round of
     (e) floor   -- one forward + backward over all K b = 6,400 samples, no per-user
                    separation and nothing else;
     (f) dg_*    -- the same round with ``train.aggregation = "digital"`` (gaussian, skellam,
-                   pbm; defaults of ``[digital]``, PBM at 8 bits as in the comparison): per-user gradients materialised, clipped,
-                   rotated by the batched fast Walsh-Hadamard transform, quantised and
-                   privatised, summed mod 2^bits, decoded; reported as ``digital_over_ota_*``
-                   (dg / round), single-layer only unless ``--digital-models`` says otherwise.
+                   pbm, ddg; defaults of ``[digital]``, PBM at 8 bits as in the comparison):
+                   per-user gradients materialised (clipped, signed) block by block, rotated by
+                   the batched fast Walsh-Hadamard transform, quantised and privatised (one coin
+                   per user and coordinate), summed mod 2^bits, decoded; reported as
+                   ``digital_over_ota_*`` (dg / round), single-layer only unless
+                   ``--digital-models`` says otherwise.
 
 Every method starts from the same gathered minibatch x [K, b, F] (a fresh one per repeat;
 the gather is not timed) and runs on its own copy of the model and optimizer. Repeats are
