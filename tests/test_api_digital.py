@@ -6,7 +6,7 @@ import math
 
 from click.testing import CliRunner
 
-from otafl.api.digital import calibrate_sigma2, digital_privacy, minimal_bits
+from otafl.api.digital import calibrate_sigma2, communication_curves, digital_privacy, minimal_bits
 from otafl.cli.main import cli
 from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
 from otafl.sweep.grid import expand_grid
@@ -25,16 +25,29 @@ def test_fewest_bits_shrink_for_pbm_and_grow_for_skellam_as_noise_grows():
     grid = [0.001, 0.01, 0.1, 1.0, 10.0]
     pbm = [minimal_bits("pbm", sigma2=s, users=200, dim=7850) for s in grid]
     skellam = [minimal_bits("skellam", sigma2=s, users=200, dim=7850) for s in grid]
+    ddg = [minimal_bits("ddg", sigma2=s, users=200, dim=7850) for s in grid]
     assert pbm == sorted(pbm, reverse=True) and pbm[0] > pbm[-1] == 8  # 2^8 - 1 >= K = 200 is the floor
     assert skellam == sorted(skellam) and skellam[0] < skellam[-1]
+    assert ddg == skellam  # same rounding budget and field (discrete Gaussian shares of the same variance)
     assert minimal_bits("gaussian", sigma2=0.1, users=200, dim=7850) == 0
+
+
+def test_communication_curves_cover_every_discrete_mechanism():
+    curves = communication_curves(users=20, dim=64, p=0.5, rounds=3, sigma2=(0.1, 1.0))
+    assert [r["mechanism"] for r in curves["rows"]] == ["skellam", "skellam", "ddg", "ddg", "pbm", "pbm"]
+    by = {(r["mechanism"], r["sigma2"]): r for r in curves["rows"]}
+    for s2 in (0.1, 1.0):  # more noise, smaller epsilon
+        assert by[("ddg", s2)]["epsilon_central_total"] <= by[("skellam", s2)]["epsilon_central_total"] * (1 + 1e-6)
+    assert by[("ddg", 1.0)]["epsilon_central_total"] < by[("ddg", 0.1)]["epsilon_central_total"]
 
 
 def _store(path):
     raw = {"data": {"name": "synthetic", "users": 10}, "train": {"rounds": 5},
+           "privacy": {"accountants": ["tight"]},
            "sweep": {"points": [{"train.aggregation": "ota"},
-                                {"train.aggregation": "digital", "digital.mechanism": "pbm"},
-                                {"train.aggregation": "digital", "digital.mechanism": "skellam"}], "seeds": [0]}}
+                                *({"train.aggregation": "digital", "digital.mechanism": m,
+                                   "privacy.accountants": ["digital"]} for m in ("pbm", "skellam", "ddg"))],
+                     "seeds": [0]}}
     _, grid = expand_grid(raw)
     with open_store(path) as store:
         for i, pt in enumerate(grid):
@@ -60,6 +73,11 @@ def test_the_table_shows_cost_columns_and_blanks_digital_keys_of_over_the_air_ro
     mech = head.index("digital.mechanism")
     by_agg = {r[head.index("train.aggregation")] + r[mech]: r for r in body}
     assert by_agg["ota–"][-3] == "16" and by_agg["digitalpbm"][-3] == "2e+05"
+    # both systems' leakage by default: the over-the-air accountant's block, then digital's
+    c_total = [i for i, h in enumerate(head) if "ε_c total" in h]
+    assert [head[i].split()[0] for i in c_total] == ["tight", "digital"]
+    assert by_agg["ota–"][c_total[0]] == "5" and by_agg["ota–"][c_total[1]] == "–"
+    assert by_agg["digitalddg"][c_total[0]] == "–" and by_agg["digitalddg"][c_total[1]] == "8"
     csv = CliRunner().invoke(cli, ["table", path, "--format", "csv"]).stdout.splitlines()
     assert csv[0].endswith("channel_uses_per_round,energy_per_round,outages_per_round")
 

@@ -16,10 +16,14 @@ import torch
 from otafl.config import load_spec
 from otafl.errors import OtaflInputError, check_range
 
-__all__ = ["digital_mechanism", "digital_privacy", "calibrate_sigma2", "minimal_bits", "ROUNDING_OVERHEAD"]
+__all__ = ["digital_mechanism", "digital_privacy", "calibrate_sigma2", "minimal_bits", "communication_curves",
+           "ROUNDING_OVERHEAD", "DISCRETE_MECHANISMS"]
+
+DISCRETE_MECHANISMS = ("skellam", "ddg", "pbm")
+"""The mechanisms with a finite field (bits matter), in the order of the comparison's curves."""
 
 ROUNDING_OVERHEAD = 0.05
-"""Skellam's quantisation budget in :func:`minimal_bits`: the rounded vectors' norm bound may exceed
+"""Skellam's (and DDG's) quantisation budget in :func:`minimal_bits`: the rounded vectors' norm bound may exceed
 the clipped norm by 5 %, and the rounding variance may be 5 % of the noise variance."""
 
 
@@ -91,7 +95,7 @@ def minimal_bits(mechanism: str, *, sigma2: float, users: int, dim: int, clip: f
 
     pbm: the fewest bits whose m = floor((2^bits - 1) / K) reaches the noise sigma^2 with
     theta <= 1/4 (m >= 4 c^2 / sigma^2): fewer bits leave theta = 1/4 and more noise.
-    skellam: the fewest bits whose automatic scale keeps the rounded norm within 5 % of the
+    skellam, ddg: the fewest bits whose automatic scale keeps the rounded norm within 5 % of the
     clipped norm and the rounding variance within 5 % of sigma^2 (:data:`ROUNDING_OVERHEAD`),
     with the sum inside the field (overflow margin of ``OVERFLOW_SIGMAS``).
     gaussian: continuous (no field); returns 0.
@@ -123,12 +127,13 @@ def communication_curves(*, users: int, dim: int, p: float, rounds: int, delta_l
                          sigma2: Sequence[float] = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)) -> dict:
     """Bits per coordinate each discrete mechanism needs as its noise (hence epsilon) changes.
 
-    For every sigma^2 of the grid and mechanism (skellam, pbm): :func:`minimal_bits` and the
+    For every sigma^2 of the grid and mechanism (:data:`DISCRETE_MECHANISMS`: skellam, ddg, pbm):
+    :func:`minimal_bits` and the
     composed central epsilon of ``rounds`` rounds at those bits (:func:`digital_privacy`).
     Returns ``{"rows": [{mechanism, sigma2, bits, epsilon_central_total}], "meta": {...}}``.
     """
     rows = []
-    for mech in ("skellam", "pbm"):
+    for mech in DISCRETE_MECHANISMS:
         for s2 in sigma2:
             bits = minimal_bits(mech, sigma2=s2, users=users, dim=dim, clip=clip)
             eps = digital_privacy(mech, sigma2=s2, users=users, dim=dim, p=p, rounds=rounds, bits=bits, clip=clip,

@@ -12,7 +12,7 @@ import click
 @click.option("--no-curves", is_flag=True, help="Leave out panel (d), the bits-versus-epsilon curves (slow).")
 def plot_digital(results, out, no_curves):
     """Accuracy vs composed central epsilon, channel uses and energy per round of each system
-    (over the air, digital gaussian / skellam / pbm) in RESULTS, and the bits each discrete
+    (over the air, digital gaussian / skellam / ddg / pbm) in RESULTS, and the bits each discrete
     mechanism needs as epsilon shrinks (computed for the runs' K, d, p, T and delta)."""
     from otafl.api.digital import communication_curves
     from otafl.errors import OtaflInputError

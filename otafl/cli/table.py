@@ -15,8 +15,9 @@ COLUMN_HELP = ", ".join(COLUMNS) + " (group: every other swept key; or a key's o
               help="Markdown (GitHub), plain text (aligned columns), LaTeX (a table float: booktabs tabular, "
                    "caption, note) or CSV (plain numbers).")
 @click.option("--accountant", "accountant", default=None, metavar="NAME[,NAME]",
-              help="Accountant(s) whose leakage is shown: paper, tight, exact, or all "
-                   "[default: exact if the runs carry it, else the first one present].")
+              help="Accountant(s) whose leakage is shown: paper, tight, exact, steps, digital, or all "
+                   "[default: exact if the runs carry it, else the first one present; digital beside it when "
+                   "the runs carry it].")
 @click.option("--columns", "columns", default=None, metavar="NAME[,NAME...]",
               help=f"Columns to show, in this order; choices: {COLUMN_HELP}. The per-accountant ones (eps_*, "
                    "delta_*, composition, valid) form one block per accountant where the first is listed "

@@ -22,7 +22,15 @@ from otafl.sweep.store import StoredRun
 __all__ = ["system_of", "system_points", "plot_digital"]
 
 SYSTEM_STYLE = {"over the air": ("black", "o"), "digital gaussian": ("tab:blue", "s"),
-                "digital skellam": ("tab:orange", "^"), "digital pbm": ("tab:green", "D")}
+                "digital skellam": ("tab:orange", "^"), "digital ddg": ("tab:purple", "v"),
+                "digital pbm": ("tab:green", "D")}
+DASHED = {"digital ddg"}
+"""Systems drawn dashed with hollow markers: DDG's epsilon, hence noise and bits, is Skellam's to a
+hair at these noise levels (docs/privacy.md#digital-ddg), so its line would hide Skellam's."""
+
+
+def _line(system: str) -> dict:
+    return {"linestyle": "--", "markerfacecolor": "none"} if system in DASHED else {}
 
 
 def system_of(run: StoredRun) -> str:
@@ -78,7 +86,7 @@ def plot_digital(runs: Sequence[StoredRun], curves: dict | None, out: str | Path
             color, marker = SYSTEM_STYLE.get(system, ("tab:gray", "x"))
             pts = points[system]
             ax_a.plot([p["epsilon"] for p in pts], [100 * p["accuracy"] for p in pts], marker=marker, color=color,
-                      label=system, markersize=10)
+                      label=system, markersize=10, **_line(system))
             for j, p in enumerate(pts):
                 hatch = None if j == 0 else "//"
                 ax_b.bar(i + (j - (levels - 1) / 2) * width, p["channel_uses"], width, color=color, hatch=hatch,
@@ -97,12 +105,12 @@ def plot_digital(runs: Sequence[StoredRun], curves: dict | None, out: str | Path
             ax.set_ylabel(label)
             ax.set_title(title + " (solid: weaker privacy, hatched: stronger)")
         if curves and curves.get("rows"):
-            for mech in ("skellam", "pbm"):
+            for mech in dict.fromkeys(r["mechanism"] for r in curves["rows"]):
                 rows = sorted((r for r in curves["rows"] if r["mechanism"] == mech),
                               key=lambda r: r["epsilon_central_total"])
-                color, marker = SYSTEM_STYLE[f"digital {mech}"]
+                color, marker = SYSTEM_STYLE.get(f"digital {mech}", ("tab:gray", "x"))
                 ax_d.plot([r["epsilon_central_total"] for r in rows], [r["bits"] for r in rows], marker=marker,
-                          color=color, label=f"digital {mech}", markersize=9)
+                          color=color, label=f"digital {mech}", markersize=9, **_line(f"digital {mech}"))
             ax_d.set_xscale("log")
             ax_d.legend()
         ax_d.set_xlabel("central ε over the run (composed)")

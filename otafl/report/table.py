@@ -21,7 +21,8 @@ value), aggregated over seeds. The columns (:data:`COLUMNS`, picked and ordered 
 - ``participants``: the mean number of participants per round, E_t |K_t|.
 
 The accountants shown (``accountants=``) default to :func:`default_accountants`: ``exact``
-when the runs carry its fields, else the first accountant present. Rows are ordered by
+when the runs carry its fields, else the first accountant present, and ``digital`` beside it
+when some run carries it. Rows are ordered by
 scheme (uniform, time-varying, channel-aware), then knob, then the other grouping values,
 compared as numbers (lists element by element), never as text.
 
@@ -163,9 +164,13 @@ def accountants_of(runs: Sequence[StoredRun]) -> list[str]:
 
 def default_accountants(runs: Sequence[StoredRun]) -> list[str]:
     """``["exact"]`` when the runs carry exact's fields, else the first accountant present
-    (``[]`` when none is)."""
+    (``[]`` when none is); and ``digital`` after it when some run carries that accountant's
+    fields (a digital run has no other for skellam, ddg and pbm, so a sweep that compares
+    over the air with digital shows both systems' leakage)."""
     present = accountants_of(runs)
-    return ["exact"] if "exact" in present else present[:1]
+    ota = [a for a in present if a != "digital"]
+    out = ["exact"] if "exact" in ota else ota[:1]
+    return out + (["digital"] if "digital" in present else [])
 
 
 def choose_accountants(runs: Sequence[StoredRun], names: str | Sequence[str] | None,

@@ -107,7 +107,7 @@ def _gaussian_share(f: RoundFacts) -> tuple[float, float]:
 
 
 def _rdp_totals(rounds, facts, sensitivity_of, delta_l: float, delta_total: float, kind: str):
-    """Per-round conditional eps at delta_l and the composed total, Renyi path (skellam, pbm).
+    """Per-round conditional eps at delta_l and the composed total, Renyi path (skellam, ddg, pbm).
 
     Counts below the lower quantile of mass tau are a failure event charged to delta
     (1 % of the delta, spread over the rounds; docs/privacy.md#digital): conditioning the
