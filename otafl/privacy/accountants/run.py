@@ -44,7 +44,7 @@ __all__ = [
 
 
 def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, rdp_resolution: float = 1e-2,
-                         pld: bool = False, local_revealed_rate=None) -> dict[str, Tensor]:
+                         pld: bool = True, local_revealed_rate=None) -> dict[str, Tensor]:
     """Totals over the last dimension (rounds) of a RoundBound with fields [..., T].
 
     Local and central each take the smallest of basic, advanced and RDP composition
@@ -53,7 +53,8 @@ def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, r
     round's sampled-Gaussian view (rate, noise std / Delta); the central total adds
     sum_t delta'_t for the concentration events.
 
-    With ``pld=True`` the central total may also be a PLD composition of the same view
+    With ``pld=True`` (the default; ``False`` keeps the older three) the central total may
+    also be a PLD composition of the same view
     (the fixed-noise model's replace-one pair, converted at the target minus
     sum_t delta'_t), and, where ``local_revealed_rate`` [..., T] is given (``tight``: max_k
     p_k), the local total a PLD composition of the revealed-participation pair
