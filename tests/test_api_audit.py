@@ -50,6 +50,33 @@ def test_seeded_and_totals_over_rounds():
     assert [r["hits"] for r in c["rows"]] != [r["hits"] for r in a["rows"]]
 
 
+@pytest.mark.parametrize("others", [["paper"], ["tight", "paper"]])
+def test_exacts_totals_do_not_depend_on_the_other_accountants_and_are_a_runs(others):
+    """exact's total delta is its own (account_run's rule), not the first other accountant's."""
+    import torch
+
+    from otafl.privacy.accountants import account_run
+    from otafl.privacy.facts import RoundFacts
+
+    kw = dict(SMALL, samples=200, rounds=4, scope="both")
+    alone = [r for r in audit_grid(**kw, accountants=["exact"])["rows"] if r["rounds"] == 4]
+    mixed = [r for r in audit_grid(**kw, accountants=["exact", *others])["rows"]
+             if r["rounds"] == 4 and r["accountant"] == "exact"]
+    assert [(r["scope"], r["epsilon"], r["delta"]) for r in alone] == \
+        [(r["scope"], r["epsilon"], r["delta"]) for r in mixed]
+    central, local = alone
+    assert central["delta"] == pytest.approx(5e-5, rel=1e-12) and local["delta"] == pytest.approx(3e-5, rel=1e-12)
+    # the totals a run of 4 such rounds states
+    c = bound_grid(users=[30], p=[0.5], sigma2=[0.5], clip=[1.0], snr_db=[10.0], dim=20, n0=1.0,
+                   accountants=["paper"])["rows"][0]["alignment_gain"]
+    f = RoundFacts(participation_prob=torch.full((30,), 0.5, dtype=torch.float64),
+                   noise_var=torch.full((30,), 0.5, dtype=torch.float64), alignment_gain=c, n0=1.0, sensitivity=2.0,
+                   dim=20, participants=0)
+    run = account_run([f] * 4, accountants=["exact"], delta_l=1e-5)["exact"]
+    assert (central["epsilon"], central["delta"]) == (run.epsilon_central_total, run.delta_central_total)
+    assert (local["epsilon"], local["delta"]) == (run.epsilon_local_total, run.delta_local_total)
+
+
 def test_printed_numbers_of_the_local_audit_are_pinned():
     # otafl audit --scope local --users 50 --p 0.1,0.5 --sigma2 0.5 --n0 1 --dim 20 --delta-l 1e-2
     #             --samples 200000 --seed 0   (the table before the api split)

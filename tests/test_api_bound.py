@@ -64,7 +64,7 @@ def test_rounds_add_totals_and_undefined_points_are_inf_with_a_reason():
                      accountants=["tight"])
     bad, good = out["rows"]
     assert bad["epsilon_central"] == math.inf and bad["defined"] is False and "delta'" in bad["reason"]
-    assert good["rounds"] == 20 and good["composition"] in ("basic", "advanced", "rdp")
+    assert good["rounds"] == 20 and good["composition"] in ("basic", "advanced", "rdp", "pld")
     assert good["epsilon_central"] <= good["epsilon_central_total"] <= 20 * good["epsilon_central"]
 
 
@@ -122,6 +122,63 @@ def test_bound_channel_sees_the_gains_of_a_run_of_the_same_spec_and_seed(tmp_pat
     floor, _ = channel_gain_floor(str(preset), rounds=rounds, dim=dim, seed=seed)
     per_round = (floor / math.sqrt(clip**2 + dim * sigma2)).tolist()
     assert per_round == pytest.approx(c_run, rel=1e-12, abs=0)
+
+
+TOTALS = ("epsilon_central_total", "delta_central_total", "epsilon_local_total", "delta_local_total")
+
+
+@pytest.mark.parametrize("seed,p", [(3, 0.5), (11, 0.8)])
+def test_bound_rounds_states_the_totals_of_a_run_of_the_same_preset_t_and_seed(tmp_path, seed, p):
+    """`bound --rounds T --channel PRESET` composes as account_run does: the run's totals, same compositions."""
+    from otafl.config import spec_from_mapping
+    from otafl.fl.loop import run_experiment
+
+    preset = tmp_path / "two.toml"
+    preset.write_text(TWO_GROUPS)
+    sigma2, clip, rounds, names = 0.2, 1.5, 6, ["paper", "tight", "exact"]
+    spec = spec_from_mapping({"channel": {"preset": str(preset)}, "data": {"name": "synthetic"},
+                              "train": {"rounds": rounds, "seed": seed}, "sampling": {"p": p},
+                              "transmit": {"sigma2": sigma2, "clip": clip}, "privacy": {"accountants": names}})
+    run = run_experiment(spec, train=False, device="cpu").summary
+    out = bound_grid(channel=str(preset), users=[], snr_db=[], p=[p], sigma2=[sigma2], clip=[clip],
+                     rounds=rounds, seed=seed, dim=run["dim"], accountants=names)
+    assert out["meta"]["composition"] == "pld"
+    for row in out["rows"]:
+        a = row["accountant"]
+        assert row["composition"] == run[f"{a}_composition"]
+        assert row["composition_local"] == run[f"{a}_composition_local"]
+        for key in TOTALS:
+            assert row[key] == pytest.approx(run[f"{a}_{key}"], rel=1e-9, abs=0), (a, key)
+    assert {r["composition"] for r in out["rows"]} >= {"pld"}
+
+
+def test_rdp_composition_keeps_the_older_totals_which_pld_never_exceeds():
+    kw = dict(users=[200], p=[0.3, 0.9], sigma2=[0.1], clip=[1.0], snr_db=[10.0], n0=0.0, rounds=30)
+    pld = bound_grid(**kw, accountants=["paper", "tight", "exact"])
+    rdp = bound_grid(**kw, accountants=["paper", "tight", "exact"], composition="rdp")
+    assert rdp["meta"]["composition"] == "rdp" and pld["meta"]["composition"] == "pld"
+    for a, b in zip(pld["rows"], rdp["rows"], strict=True):
+        assert b["composition"] in ("basic", "advanced", "rdp") and b["composition_local"] in ("basic", "advanced",
+                                                                                                "rdp")
+        for key in ("epsilon_central_total", "epsilon_local_total"):
+            # paper, tight: pld is one more candidate at the same target; exact: its PLD at the
+            # target (T + 1) delta_l against basic at T delta_l or advanced at the target
+            assert a[key] <= b[key] * (1 + 1e-12), (a["accountant"], key)
+    exact = [r for r in pld["rows"] if r["accountant"] == "exact"]
+    assert [r["composition"] for r in exact] == ["pld", "pld"]
+    assert [r["delta_central_total"] for r in exact] == pytest.approx([31e-5, 31e-5], rel=1e-12)
+    # exact's own deltas, as account_run states them: (T + 1) delta_l central, T p delta_l + delta_l local
+    assert [r["delta_local_total"] for r in exact] == pytest.approx([30 * 0.3e-5 + 1e-5, 30 * 0.9e-5 + 1e-5],
+                                                                    rel=1e-12)
+
+
+def test_rdp_classic_is_for_the_steps_accountant_only():
+    with pytest.raises(OtaflInputError, match="rdp-classic"):
+        bound_grid(**GRID, accountants=["paper", "steps"], rounds=3, composition="rdp-classic")
+    with pytest.raises(OtaflInputError, match="composition"):
+        bound_grid(**GRID, accountants=["paper"], rounds=3, composition="advanced")
+    out = bound_grid(**GRID, accountants=["steps"], rounds=3, composition="rdp-classic")
+    assert {r["composition"] for r in out["rows"]} == {"rdp-classic"}
 
 
 def test_fmt_number_and_render_table():

@@ -84,8 +84,29 @@ def test_rounds_add_totals_between_the_worst_round_and_basic_composition():
     assert res.exit_code == 0, res.output
     for r in strict_json(res.output)["rows"]:
         assert TOTAL_KEYS <= set(r) and r["rounds"] == 50
-        assert r["composition"] in ("basic", "advanced", "rdp")
+        assert r["composition"] in ("basic", "advanced", "rdp", "pld")
         assert r["epsilon_central"] <= r["epsilon_central_total"] <= 50 * r["epsilon_central"]
+
+
+def test_composition_names_come_from_the_registry_and_pld_is_the_default():
+    from otafl.cli.bound import bound as command
+    from otafl.privacy.analysis.steps import COMPOSITIONS
+
+    option = next(o for o in command.params if o.name == "composition")
+    assert tuple(option.type.choices) == COMPOSITIONS and option.default == "pld"
+    args = [*TABLE_II[:2], "--p", "0.5", "--sigma2", "0.1", "--n0", "0", "--rounds", "20", "--format", "json",
+            "--accountant", "tight,exact"]
+    pld, rdp = (strict_json(run(*args, *extra).output) for extra in ([], ["--composition", "rdp"]))
+    assert pld["meta"]["composition"] == "pld" and rdp["meta"]["composition"] == "rdp"
+    assert [r["composition"] for r in pld["rows"]] == ["pld", "pld"]
+    assert all(r["composition"] in ("basic", "advanced", "rdp") for r in rdp["rows"])
+    for a, b in zip(pld["rows"], rdp["rows"], strict=True):
+        assert a["epsilon_central_total"] < b["epsilon_central_total"]
+
+
+def test_rdp_classic_outside_steps_exits_2_with_one_line():
+    res = run("--accountant", "paper", "--rounds", "3", "--composition", "rdp-classic", "--device", "cpu")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "steps accountant only" in res.stderr
 
 
 def test_undefined_points_are_the_string_inf_in_json_with_a_reason():

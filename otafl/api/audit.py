@@ -31,7 +31,7 @@ from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
-from otafl.privacy.accountants import compose_exact, exact_round
+from otafl.privacy.accountants import exact_round, exact_total
 from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec
 from otafl.progress import Progress, Tally
@@ -91,7 +91,10 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     samples : Monte Carlo draws per grid point, scope and horizon (>= 1).
     seed : seed of the one Monte Carlo generator (rows are drawn in row order).
     rounds : T; also audits the totals over T identical rounds (T independent per-round
-        losses added).
+        losses added), each stated as a run states it: ``paper`` and ``tight`` by
+        :func:`otafl.api.bound.bound_grid` (PLD among the compositions), ``exact`` by
+        :func:`otafl.privacy.accountants.exact_total` at its own total delta ((T + 1) delta_l
+        central, T p delta_l + delta_l local), whichever accountants are listed.
     scope : ``central``, ``local`` or ``both``.
     adversary : ``hidden``, ``others`` or ``total`` (:data:`otafl.privacy.audit.ADVERSARIES`).
     confidence : level of the two-sided Clopper-Pearson interval, in (0, 1).
@@ -166,16 +169,13 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         for i in range(G):
             row = {k: ex[k][i] for k in ex}
             if rounds is not None:
+                # exact's own totals, as a run states them (account_run's rule): at (T + 1) delta_l
+                # central and T p delta_l + delta_l local, whatever other accountants are listed.
                 u, pv, sv, lv, _ = points[i]
-                facts = _uniform_facts(int(u), pv, sv, c[i], n0, 2.0 * lv, dim, device)
-                target = by_point[i][via_bound[0]]["delta_central_total"] if via_bound else delta_l
-                target_l = by_point[i][via_bound[0]]["delta_local_total"] if via_bound else delta_l
-                tot_c = compose_exact(facts, delta_target=target, rounds=rounds, kind="central")
-                row.update(epsilon_central_total=tot_c["epsilon"], delta_central_total=target)
-                tally.advance(1)
-                if scope != "central":
-                    tot_l = compose_exact(facts, delta_target=target_l, rounds=rounds, kind="local")
-                    row.update(epsilon_local_total=tot_l["epsilon"], delta_local_total=target_l)
+                facts = [_uniform_facts(int(u), pv, sv, c[i], n0, 2.0 * lv, dim, device)] * rounds
+                for sc in ["central"] + (["local"] if scope != "central" else []):
+                    tot = exact_total(facts, sc, delta_l=delta_l)
+                    row.update({f"epsilon_{sc}_total": tot["epsilon"], f"delta_{sc}_total": tot["delta"]})
                     tally.advance(1)
             by_point[i]["exact"] = row
 

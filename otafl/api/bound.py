@@ -11,7 +11,16 @@ channel preset) the alignment gain is the ``min`` policy's value for identical u
 the channel adds no noise). With a channel preset, T rounds of fading are drawn exactly as
 a run of the same spec and seed draws them (:func:`otafl.setup.build_channel`) and the
 ``min`` policy is taken over the preset's users and SNR groups per round. With ``rounds``
-the totals over T rounds are added (smallest of basic, advanced, RDP).
+the totals over T rounds are added, composed as a run composes them (``composition`` =
+``pld``, the default): ``paper`` and ``tight`` through
+:func:`~otafl.privacy.accountants.compose_round_bounds` with PLD (the smallest of basic,
+advanced, RDP and PLD at one total delta), ``exact`` through
+:func:`~otafl.privacy.accountants.exact_total` (PLD of its rounds' rows, at its own
+delta), ``steps`` through its own totals; so ``bound --rounds T --channel PRESET --seed S``
+states the totals of ``run_experiment(spec, train=False)`` for that preset, T and seed.
+``composition = "rdp"`` keeps the older compositions: the smallest of basic, advanced and
+RDP (``exact``: basic and advanced, it has no RDP view). ``digital`` is composed without
+PLD in either case (a run composes it by its own run-level PLD, which needs the count law).
 
 Without ``rounds`` a channel preset draws :data:`DEFAULT_CHANNEL_ROUNDS` rounds and reports
 the worst of them. Only the round with the largest gain floor B_t is evaluated: every
@@ -39,13 +48,17 @@ from otafl.privacy.accountants import (
     RoundBound,
     compose_round_bounds,
     composition_name,
+    exact_total,
     get_accountant,
     reason_text,
 )
 from otafl.privacy.accountants.steps import steps_totals
+from otafl.privacy.analysis.composition import COMPOSITIONS as RULES
+from otafl.privacy.analysis.steps import COMPOSITIONS
 from otafl.progress import Progress, Tally
 
-__all__ = ["DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "bound_grid", "channel_gain_floor"]
+__all__ = ["COMPOSITIONS", "DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "PLD_ACCOUNTANTS", "bound_grid",
+           "channel_gain_floor"]
 
 GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
 """The axes of the grid, in row order (the last varies fastest)."""
@@ -55,6 +68,9 @@ DEFAULT_CHANNEL_ROUNDS = 1000
 
 CHUNK_ELEMENTS = 1 << 14
 """(grid point, round) pairs per chunk: bounds the accountants' temporaries."""
+
+PLD_ACCOUNTANTS = ("paper", "tight")
+"""Accountants whose totals :func:`compose_round_bounds` may take by PLD (as ``account_run`` does)."""
 
 SLOW_PIECE = {"exact": 16, "steps": 16}
 """(grid point, round) pairs per call of the slow accountants (progress between calls)."""
@@ -103,6 +119,32 @@ def _evaluate(acc, tally: Tally, piece: int, *, K, pp, s2, L, c, n0, delta_l, de
     bound = RoundBound(**{f: None if parts[0][f] is None else torch.cat([pt[f] for pt in parts]).reshape(n, t)
                           for f in RoundBound.__dataclass_fields__})
     return bound, size - (size - 1) // piece * piece
+
+
+def _exact_totals(*, K, pp, s2, L, c, n0: float, dim: int, rounds: int, delta_l: float,
+                  delta_target: float | None) -> dict[str, torch.Tensor]:
+    """``exact``'s totals of a chunk of grid points as a run states them (:func:`exact_total`).
+
+    ``c`` [n, t] holds the alignment gain of every round (t = T), or of one round that every
+    round repeats (t = 1, h = 1). Returns the fields of :func:`compose_round_bounds` ([n]).
+    """
+    from otafl.privacy.facts import RoundFacts
+
+    out: dict[str, list] = {}
+    for i in range(c.shape[0]):
+        ones = torch.ones(int(K[i]), dtype=torch.float64)
+        facts = [RoundFacts(participation_prob=ones * float(pp[i]), noise_var=ones * float(s2[i]),
+                            alignment_gain=float(ct), n0=float(n0), sensitivity=2.0 * float(L[i]), dim=dim,
+                            participants=0) for ct in c[i].tolist()]
+        facts = facts * rounds if len(facts) == 1 else facts
+        for kind in ("central", "local"):
+            tot = exact_total(facts, kind, delta_l=delta_l, delta_target=delta_target)
+            how = RULES.index(tot["composition"]) if tot["composition"] in RULES else -1
+            for key, value in ((f"epsilon_{kind}_total", tot["epsilon"]), (f"delta_{kind}_total", tot["delta"]),
+                               (f"composition_{kind}", how)):
+                out.setdefault(key, []).append(value)
+    return {k: torch.tensor(v, dtype=torch.int64 if k.startswith("composition") else torch.float64)
+            for k, v in out.items()}
 
 
 def _rows(name: str, points: list[tuple], bound: RoundBound, totals: dict | None, c_mean, chan_mean, *,
@@ -195,11 +237,14 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         rounds for the per-round worst case (no totals; module docstring).
     delta_target : total delta of the composed totals [default: basic composition's + delta_l].
     device : where the tensors live.
-    local_steps, record_sampling, step_noise, composition, user_sampling : read by the
-        ``steps`` accountant only (S, q, sigma in units of C, ``pld`` | ``rdp`` |
-        ``rdp-classic``, ``revealed`` | ``hidden``; docs/privacy.md#steps). ``step_noise`` None:
-        its FedSGD reading (one step of sensitivity 2L with noise sqrt(sigma2)). Its totals
-        compose the rounds' mechanisms with ``composition`` (the ``composition`` column).
+    composition : one of :data:`COMPOSITIONS`. ``pld`` (default): the totals as a run
+        composes them (module docstring); ``rdp``: without PLD, the smallest of basic,
+        advanced and RDP; ``rdp-classic``: ``steps`` only (RDP with the classic conversion).
+        ``steps`` composes its S steps and its rounds with it (the ``composition`` column).
+    local_steps, record_sampling, step_noise, user_sampling : read by the ``steps``
+        accountant only (S, q, sigma in units of C, ``revealed`` | ``hidden``;
+        docs/privacy.md#steps). ``step_noise`` None: its FedSGD reading (one step of
+        sensitivity 2L with noise sqrt(sigma2)).
     progress : called with (done, total) as the grid is evaluated, ending with (total,
         total); the units are (grid point, evaluated round, accountant) triples.
 
@@ -236,6 +281,12 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
     if rounds is not None:
         check_range("rounds", rounds, lo=1)
+    if composition not in COMPOSITIONS:
+        raise OtaflInputError(f"composition = {composition!r} is outside the allowed range "
+                              f"{{{', '.join(COMPOSITIONS)}}}")
+    if composition == "rdp-classic" and rounds is not None and any(a != "steps" for a in accountants):
+        raise OtaflInputError("composition = 'rdp-classic' is for the steps accountant only; "
+                              f"{', '.join(a for a in accountants if a != 'steps')} compose with pld or rdp")
     accs = [get_accountant(a) for a in accountants]
     f64 = dict(dtype=torch.float64, device=device)
     steps_kwargs = dict(local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
@@ -311,11 +362,17 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 totals = steps_totals(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L,
                                       delta_l=delta_l, rounds=rounds, delta_prime=delta_prime,
                                       delta_target=delta_target, **steps_kwargs)
+            elif rounds is not None and acc.name == "exact" and composition == "pld":  # as account_run
+                totals = _exact_totals(K=K, pp=pp, s2=s2, L=L, c=c_eval, n0=n0, dim=int(dim), rounds=rounds,
+                                       delta_l=delta_l, delta_target=delta_target)
             elif rounds is not None:
                 over_rounds = per_round if info is not None else RoundBound(**{
                     f: None if getattr(per_round, f) is None else getattr(per_round, f).expand(-1, rounds)
                     for f in RoundBound.__dataclass_fields__})
-                totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l)
+                pld = composition == "pld" and acc.name in PLD_ACCOUNTANTS
+                revealed = pp.unsqueeze(-1).expand(-1, rounds) if pld and acc.name == "tight" else None
+                totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l,
+                                              pld=pld, local_revealed_rate=revealed)
             rows.extend(_rows(acc.name, point_list[start:stop], bound, totals, c_mean, chan_mean,
                               channel=info is not None, rounds=rounds, composition=composition))
             tally.advance(held)  # the last piece counts once its totals and rows are done
@@ -324,7 +381,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         "command": "bound", "accountants": [a.name for a in accs], "grid": dict(zip(GRID_AXES, (
             list(users), list(p), list(sigma2), list(clip), None if info is not None else list(snr_db)))),
         "points": points, "delta_l": delta_l, "delta_prime": delta_prime, "n0": n0, "dim": int(dim),
-        "rounds": rounds, "delta_target": delta_target, "sensitivity": "2 * clip",
+        "rounds": rounds, "delta_target": delta_target, "composition": composition, "sensitivity": "2 * clip",
         "alignment": (f"min policy over the preset's users, per fading round drawn as a run of the same spec and "
                       f"seed draws it ({info['fading_rounds']} rounds: --rounds, or {DEFAULT_CHANNEL_ROUNDS} "
                       f"without; rows: the worst round, "

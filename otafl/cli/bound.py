@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from otafl.api.bound import DEFAULT_CHANNEL_ROUNDS, bound_grid
+from otafl.api.bound import COMPOSITIONS, DEFAULT_CHANNEL_ROUNDS, bound_grid
 from otafl.api.defaults import PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
                                output_options, parse_delta_prime, parse_list, quiet_option)
@@ -33,8 +33,8 @@ from otafl.report.text import bound_text
                    help="Accountant(s), repeatable or comma-separated. exact is the sharpest and slowest "
                         "(~0.1 s per grid point); paper and tight are closed forms.")
 @click.option("--rounds", type=int, default=None,
-              help="Also compose over T rounds (basic/advanced/RDP); with --channel, draw exactly T fading "
-                   "rounds.")
+              help="Also compose over T rounds, as a run of the same spec composes them (see --composition); "
+                   "with --channel, draw exactly T fading rounds.")
 @click.option("--delta-target", "delta_target", type=float, default=None,
               help="Total delta of the composed totals [default: basic composition's delta + delta_l].")
 @click.option("--channel", default=None, metavar="PRESET",
@@ -51,9 +51,12 @@ from otafl.report.text import bound_text
 @click.option("--step-noise", "step_noise", type=float, default=None,
               help="steps accountant: sigma, one user's noise per step in units of the clip C [default: none, "
                    "the FedSGD reading: one step, noise sqrt(sigma2), sensitivity 2L].")
-@click.option("--composition", type=click.Choice(["pld", "rdp", "rdp-classic"]), default="pld", show_default=True,
-              help="steps accountant: privacy-loss distributions, RDP (improved conversion) or RDP with the "
-                   "classic conversion eps = rdp + log(1/delta)/(alpha - 1).")
+@click.option("--composition", type=click.Choice(COMPOSITIONS), default="pld", show_default=True,
+              help="How the totals compose. pld: as runs do (paper, tight: the smallest of basic, advanced, RDP "
+                   "and PLD; exact: PLD of its rounds at its own delta; steps: PLD). rdp: the older "
+                   "compositions, without PLD (paper, tight: basic, advanced or RDP; exact: basic or advanced; "
+                   "steps: RDP, improved conversion). rdp-classic: steps only, RDP with the classic conversion "
+                   "eps = rdp + log(1/delta)/(alpha - 1).")
 @click.option("--user-sampling", "user_sampling", type=click.Choice(["revealed", "hidden"]), default="revealed",
               show_default=True, help="steps accountant: whether a user's participation may be visible "
                                       "(docs/privacy.md#steps).")

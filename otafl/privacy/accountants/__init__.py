@@ -33,6 +33,7 @@ from otafl.privacy.accountants.run import (
     account_run,
     compose_round_bounds,
     composition_name,
+    exact_total,
 )
 from otafl.privacy.accountants.tight import tight_round
 
@@ -56,6 +57,7 @@ __all__ = [
     "composition_name",
     "evaluate_in_chunks",
     "exact_round",
+    "exact_total",
     "get_accountant",
     "paper_round",
     "prepare_round",

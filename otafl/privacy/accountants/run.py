@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from otafl.errors import check_range
+from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import REASON_NO_CENTRAL_NOISE, REASON_NO_LOCAL_NOISE, RoundBound, reason_text
 from otafl.privacy.accountants.exact_run import (
     DEFAULT_RESOLUTION,
@@ -39,11 +39,12 @@ __all__ = [
     "AccountantResult",
     "PrivacyResult",
     "account_run",
+    "exact_total",
 ]
 
 
 def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, rdp_resolution: float = 1e-2,
-                         pld: bool = False, local_revealed_rate=None) -> dict[str, Tensor]:
+                         pld: bool = True, local_revealed_rate=None) -> dict[str, Tensor]:
     """Totals over the last dimension (rounds) of a RoundBound with fields [..., T].
 
     Local and central each take the smallest of basic, advanced and RDP composition
@@ -52,7 +53,8 @@ def compose_round_bounds(bound: RoundBound, *, delta_target=None, delta_slack, r
     round's sampled-Gaussian view (rate, noise std / Delta); the central total adds
     sum_t delta'_t for the concentration events.
 
-    With ``pld=True`` the central total may also be a PLD composition of the same view
+    With ``pld=True`` (the default; ``False`` keeps the older three) the central total may
+    also be a PLD composition of the same view
     (the fixed-noise model's replace-one pair, converted at the target minus
     sum_t delta'_t), and, where ``local_revealed_rate`` [..., T] is given (``tight``: max_k
     p_k), the local total a PLD composition of the revealed-participation pair
@@ -287,13 +289,8 @@ def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_ta
                    resolution: Resolution) -> AccountantResult:
     """``exact`` over a run: rounded, cached rows per round, PLD totals (docs/privacy.md#pld-composition).
 
-    Per round: central eps at delta_l, local eps of the worst user at p_k delta_l
-    (:func:`~otafl.privacy.accountants.exact_run.row_epsilons`). Totals: the rounds'
-    profiles composed by :func:`~otafl.privacy.accountants.exact_run.compose_exact_rounds`
-    at ``delta_target`` (default, as before: the sum of the per-round deltas plus
-    delta_l), or basic composition where that is smaller (never at realistic T).
+    Per round and totals: :func:`exact_total`, central and local.
     """
-    T = len(facts)
     p, var = x["participation_prob"], x["noise_var"]
     gain, n0 = x["alignment_gain"], x["n0"]
     ch = torch.where(n0 == 0, torch.zeros_like(n0), n0 / (gain * gain))
@@ -303,25 +300,9 @@ def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_ta
     no_central = (min_var == 0) & (ch == 0)
     no_local = (((var + ch[:, None]) == 0) & active).any(-1)
     delta_local = p.amax(-1) * delta_l
-    out = {}
-    for kind, delta_t in (("central", torch.full((T,), delta_l, dtype=torch.float64)), ("local", delta_local)):
-        keys = run_row_keys(facts, kind, resolution)
-        row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
-        eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
-        delta_basic = float(delta_t.sum().clamp(max=1.0))
-        target = min(1.0, delta_basic + delta_l) if delta_target is None else delta_target
-        eps_basic = float(eps.sum()) if delta_basic <= target else math.inf
-        if not bool(torch.isfinite(eps).all()):
-            eps_pld = math.inf
-        elif target >= 1.0:
-            eps_pld = 0.0
-        else:
-            eps_pld = compose_exact_rounds(keys, delta_target=target)["epsilon"]
-        total, how, total_delta = eps_pld, "pld", target
-        if eps_basic < eps_pld:
-            total, how, total_delta = eps_basic, "basic", delta_basic
-        out[kind] = (eps, total, total_delta, how if math.isfinite(total) else "none")
-    eps_c, eps_l = out["central"][0], out["local"][0]
+    out = {kind: exact_total(facts, kind, delta_l=delta_l, delta_target=delta_target, resolution=resolution)
+           for kind in ("central", "local")}
+    eps_c, eps_l = out["central"]["per_round"], out["local"]["per_round"]
     reason = 0
     if bool((torch.isinf(eps_c) & no_central).any()):
         reason |= REASON_NO_CENTRAL_NOISE
@@ -330,8 +311,53 @@ def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_ta
     return AccountantResult(
         name="exact", epsilon_local_max=float(eps_l.max()), delta_local=float(delta_local.max()),
         epsilon_central=float(eps_c.max()), delta_central=float(delta_l),
-        epsilon_local_total=out["local"][1], delta_local_total=out["local"][2],
-        epsilon_central_total=out["central"][1], delta_central_total=out["central"][2],
-        composition_central=out["central"][3], composition_local=out["local"][3],
+        epsilon_local_total=out["local"]["epsilon"], delta_local_total=out["local"]["delta"],
+        epsilon_central_total=out["central"]["epsilon"], delta_central_total=out["central"]["delta"],
+        composition_central=out["central"]["composition"], composition_local=out["local"]["composition"],
         defined=reason == 0, reason=reason_text(reason), classic_valid=True,
         epsilon_central_per_round=tuple(eps_c.tolist()), epsilon_local_per_round=tuple(eps_l.tolist()))
+
+
+def exact_total(facts: Sequence[RoundFacts], kind: str, *, delta_l: float, delta_target: float | None = None,
+                resolution: Resolution = DEFAULT_RESOLUTION) -> dict:
+    """``exact``'s per-round epsilons and total over the rounds ``facts`` of one kind, as a run states them.
+
+    Per round: central eps at delta_l, local eps of the worst user at max_k p_k delta_l
+    (:func:`~otafl.privacy.accountants.exact_run.row_epsilons`). Total: the rounds'
+    profiles composed by :func:`~otafl.privacy.accountants.exact_run.compose_exact_rounds`
+    at ``delta_target``, or basic composition where that is smaller (never at realistic T).
+    The default ``delta_target`` is exact's own, whatever else is accounted: the sum of its
+    per-round deltas plus delta_l, (T + 1) delta_l central and sum_t max_k p_k delta_l +
+    delta_l local (capped at 1). :func:`account_run`, ``otafl bound --rounds`` and
+    ``otafl audit --rounds`` all state exact's totals through this function.
+
+    Returns
+    -------
+    dict: ``per_round`` ([T] float64), ``epsilon``, ``delta`` (the total's delta: the target,
+    or the basic sum when basic wins) and ``composition`` (``pld`` | ``basic`` | ``none``).
+    """
+    if kind not in ("central", "local"):
+        raise OtaflInputError(f"kind = {kind!r} is outside the allowed range {{central, local}}")
+    T = len(facts)
+    if kind == "central":
+        delta_t = torch.full((T,), delta_l, dtype=torch.float64)
+    else:
+        delta_t = torch.stack([torch.as_tensor(f.participation_prob, dtype=torch.float64).amax() for f in facts]
+                              ) * delta_l
+    keys = run_row_keys(facts, kind, resolution)
+    row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
+    eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
+    delta_basic = float(delta_t.sum().clamp(max=1.0))
+    target = min(1.0, delta_basic + delta_l) if delta_target is None else delta_target
+    eps_basic = float(eps.sum()) if delta_basic <= target else math.inf
+    if not bool(torch.isfinite(eps).all()):
+        eps_pld = math.inf
+    elif target >= 1.0:
+        eps_pld = 0.0
+    else:
+        eps_pld = compose_exact_rounds(keys, delta_target=target)["epsilon"]
+    total, how, total_delta = eps_pld, "pld", target
+    if eps_basic < eps_pld:
+        total, how, total_delta = eps_basic, "basic", delta_basic
+    return {"per_round": eps, "epsilon": total, "delta": total_delta,
+            "composition": how if math.isfinite(total) else "none"}

@@ -237,5 +237,8 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
         total = pld if total is None else total.compose(pld)
     if total is None:
         return 0.0
-    eps = float(total.get_epsilon_for_delta(delta_target))
+    # dp_accounting divides numpy floats: a ratio past the float range overflows to +inf (a
+    # numpy warning), and +inf is then the answer (an upper bound, as every +inf here).
+    with np.errstate(over="ignore"):
+        eps = float(total.get_epsilon_for_delta(delta_target))
     return eps if math.isfinite(eps) else math.inf
