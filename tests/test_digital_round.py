@@ -44,7 +44,9 @@ def _true_sum():
     ("skellam", {"sigma2": 0.0, "bits": 16, "scale": 3.0}, 2500),   # coarse grid: rounding dominates
     ("ddg", {"sigma2": 0.05, "bits": 20}, 2500),
     ("ddg", {"sigma2": 0.05, "bits": 16, "scale": 3.0}, 2500),   # coarse grid, sigma_u ~ 0.7 levels
-    ("pbm", {"bits": 8, "theta": 0.2, "clip_prob": 0.2}, 2500),
+    ("pbm", {"bits": 8, "theta": 0.2, "clip_prob": 0.2}, 2500),   # m = 63: torch.binomial
+    ("pbm", {"bits": 3, "theta": 0.2, "clip_prob": 0.2}, 2500),   # m = 1: one centred coin, bool sums
+    ("pbm", {"bits": 5, "theta": 0.2, "clip_prob": 0.2}, 2500),   # m = 7: coins added
 ])
 @pytest.mark.parametrize("superposition", ["aggregate", "per-user"])
 def test_each_digital_estimator_is_unbiased(mechanism, over, reps, superposition):
@@ -161,3 +163,45 @@ def test_ddg_rounds_add_n_discrete_gaussian_shares(superposition):
     fourth = 3 * (K * var_share) ** 2  # ~ the summed law's 4th moment (close to Gaussian)
     se = math.sqrt((fourth - (K * var_share) ** 2) / draws.numel())
     assert abs(float(m2) - K * var_share) <= 5 * se, (float(m2), K * var_share, se)
+
+
+@pytest.mark.parametrize("mechanism,over", [("skellam", {"bits": 20}), ("ddg", {"bits": 20}),
+                                            ("pbm", {"bits": 12}), ("pbm", {"bits": 16})])
+@pytest.mark.parametrize("superposition", ["aggregate", "per-user"])
+def test_blocks_taken_as_slices_equal_blocks_gathered_by_index(mechanism, over, superposition, monkeypatch):
+    """Seed 0, 30 users of whom 3 do not transmit: with the 3 in outage (h = 0, their gradients
+    computed but not sent: rows gathered by index) the round equals the one where they did not
+    take part (their gradients never computed: every computed user sends, blocks are slices),
+    bit for bit."""
+    import otafl.fl.digital as dg
+
+    n = 30
+    spec = load_spec(None, [f"digital.mechanism='{mechanism}'", f"data.users={n}", "transmit.clip=1.0",
+                            "digital.min_rate=0.1", "digital.sigma2=0.05"]
+                     + [f"digital.{k}={v}" for k, v in over.items()])
+    digital = build_digital(spec, dim=D_MODEL, power=torch.full((n,), 10.0 * D_MODEL, dtype=torch.float64), n0=1.0)
+    g = torch.randn(n, D_MODEL, generator=torch.Generator().manual_seed(1))
+    out = torch.zeros(n, dtype=torch.bool)
+    out[[3, 11, 20]] = True
+    monkeypatch.setattr(dg, "USER_CHUNK", 8)  # several blocks, a short last one
+    gathered = digital_aggregate(StackedGradients(g), torch.where(out, 0.0, 1.0).double(),
+                                 torch.ones(n, dtype=torch.bool), None, torch.Generator().manual_seed(0),
+                                 superposition=superposition, digital=digital)
+    sliced = digital_aggregate(StackedGradients(g[~out]), torch.ones(n, dtype=torch.float64), ~out, None,
+                               torch.Generator().manual_seed(0), superposition=superposition, digital=digital)
+    assert int(gathered.transmitting.sum()) == int(sliced.transmitting.sum()) == n - 3
+    assert torch.equal(gathered.aligned_sum, sliced.aligned_sum)
+
+
+def test_exact_sums_switch_to_float64_when_float32_could_round():
+    """The accumulators of _encode_sum: float32 only while the bound on the total is below 2^23."""
+    from otafl.fl.digital import _Sums
+
+    assert _Sums(4, "cpu", torch.float32, bound=2.0 ** 22).values.dtype == torch.float32
+    assert _Sums(4, "cpu", torch.float32, bound=2.0 ** 23).values.dtype == torch.float64
+    assert _Sums(4, "cpu", torch.float16, bound=10.0).values.dtype == torch.float64
+    sums = _Sums(2, "cpu", torch.float32, bound=2.0 ** 30)  # wide: exact beyond 2^24
+    block = torch.tensor([[2.0 ** 24, 1.0], [1.0, 0.0]], dtype=torch.float32)
+    sums.add_values(block)
+    sums.add_coins(torch.tensor([[True, False], [True, True]]))
+    assert sums.total().tolist() == [2.0 ** 24 + 1 + 2, 1.0 + 1]

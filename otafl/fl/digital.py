@@ -25,8 +25,8 @@ to the users' shares); ``"per-user"`` draws every share and reduces every messag
 literally. The PBM always draws per user. A sum of discrete Gaussians is *not* a discrete
 Gaussian: with ``"aggregate"`` DDG draws the sum of the n shares from its own law, tabulated
 once per (n, variance) as the n-th convolution power of one share's pmf
-(:func:`~otafl.fl.discrete_gaussian.discrete_gaussian_sum`, by FFT; within 1e-15 in total
-variation of direct convolution, tested), one draw per coordinate.
+(:func:`~otafl.fl.discrete_gaussian.discrete_gaussian_sum`, by FFT; about 1e-13 in total
+variation from direct convolution at the preset's sizes), one draw per coordinate.
 """
 
 from __future__ import annotations
@@ -195,13 +195,14 @@ COIN_SCALE = float(1 << GRID_BITS)
 
 class _Sums:
     """The exact integer sum [D] of the encoded messages, accumulated block by block without a
-    float64 pass per block: integer-valued float blocks are summed in their own dtype while
-    ``bound`` (a bound on the magnitude of the total) stays below 2^24, else in float64;
+    float64 pass per block: integer-valued float32 blocks are summed in float32 while
+    ``bound`` (a bound on the magnitude of the total) stays below 2^23 (half the exact range,
+    a margin for the float32 norms and rotation behind the bound), else in float64;
     coins are summed as bytes into int32."""
 
     def __init__(self, size: int, device, dtype, bound: float):
-        wide = dtype == torch.float64 or not bound < FLOAT32_EXACT
-        self.values = torch.zeros(size, dtype=torch.float64 if wide else dtype, device=device)
+        narrow = dtype == torch.float32 and bound < FLOAT32_EXACT / 2  # a factor 2 for rounding
+        self.values = torch.zeros(size, dtype=dtype if narrow else torch.float64, device=device)
         self.coins = torch.zeros(size, dtype=torch.int32, device=device)
 
     def add_values(self, t: Tensor) -> None:
@@ -240,7 +241,9 @@ def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, 
         msgs = q.to(torch.float64) + share.to(q.device)
         sums.add_values(msgs)
         return modular_sum(msgs, digital.bits), 0
-    edge = COIN_SCALE * digital.theta  # the box [-c, c] in threshold units
+    # the box [-c, c] in threshold units, rounded down to an integer (exact in float32): every
+    # realised probability ceil(2^23 + x) / 2^24 then lies in [1/2 - theta, 1/2 + theta]
+    edge = float(math.floor(COIN_SCALE * digital.theta))
     lo, hi = torch.aminmax(x)  # one read; clip and count only when some coordinate is outside
     clipped = 0
     if float(hi) > edge or float(lo) < -edge:

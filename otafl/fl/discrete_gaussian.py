@@ -88,19 +88,22 @@ SUM_TAIL_SIGMAS = 20.0
 """The law of a sum of n shares is tabulated on |x| <= 20 sqrt(n) sigma + 20 (every share is
 sub-Gaussian with variance proxy sigma^2, so the mass outside is below 2 exp(-200) ~ 1e-87)."""
 
-SUM_TABLE_MAX = 1 << 23
-"""Largest table (support points) :func:`sum_table` builds; larger sums are drawn share by share."""
+SUM_TABLE_MAX = 1 << 21
+"""Largest table (support points, 16 MiB) :func:`sum_table` builds; larger sums are drawn share by
+share. With the cache of 32 tables that bounds its memory by 512 MiB (a table of the paper
+preset's sizes is about 1 MiB)."""
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=32)
 def sum_table(n: int, sigma2: float):
     """(lowest value, cdf [L] float64 tensor, CPU) of the sum of n i.i.d. N_Z(0, sigma2), or None
     when its support would exceed SUM_TABLE_MAX points.
 
     The pmf is the n-th power of one share's characteristic function (a real FFT of the
     share's pmf on a grid wide enough that nothing wraps round), transformed back, clipped at
-    zero and normalised: the law of the sum up to float64 rounding (errors near 1e-16 of the
-    largest mass per point; tested against direct convolution)."""
+    zero and normalised: the law of the sum up to float64 rounding (tested against direct
+    convolution: below 1e-12 in total variation for small n; about 1e-13 measured at n = 200,
+    per-share variance 2500; the error grows slowly with the table's width)."""
     import numpy as np
 
     sigma = math.sqrt(sigma2)
