@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from otafl.errors import OtaflInputError, check_range
@@ -178,8 +179,9 @@ def _gaussian_totals(rounds, facts, sensitivity_of, delta_l: float, delta_total:
             continue
         pld = gaussian_round_pld(participation_prob=p, weights=w, noise_std=s, sensitivity=delta_s,
                                  interval=interval)
-        pld = pld.self_compose(count) if count > 1 else pld
-        total = pld if total is None else total.compose(pld)
+        with np.errstate(over="ignore"):  # noise from dp_accounting's truncation bounds (analysis/pld.py)
+            pld = pld.self_compose(count) if count > 1 else pld
+            total = pld if total is None else total.compose(pld)
     eps = 0.0 if total is None else float(total.get_epsilon_for_delta(delta_total))
     return per_round, max(eps, 0.0)
 
