@@ -80,3 +80,26 @@ def test_tight_totals_take_pld_where_it_beats_rdp_and_state_it():
     # summary would otherwise report) and never below the worst round.
     assert tight.epsilon_central <= tight.epsilon_central_total < 40 * tight.epsilon_central
     assert tight.delta_central_total == pytest.approx(40 * tight.delta_central + 1e-5, rel=1e-9)  # the default target
+
+
+@pytest.mark.parametrize("top_loss", [700.0, 720.0, 730.0, 735.0])
+def test_epsilon_lookup_stays_finite_where_dp_accountings_scan_overflows(top_loss):
+    """A pmf with mass 2e-3 at a loss of 700-735 and the rest at 0: at delta 1e-3 the answer is
+    top_loss - ln 2. dp_accounting's scan returns +inf from 720 on (its sum of p exp(-loss)
+    underflows to a subnormal and the ratio overflows); epsilon_for_delta finds the value,
+    from above (within 1e-9)."""
+    import numpy as np
+    from dp_accounting.pld import pld_pmf, privacy_loss_distribution
+
+    from otafl.privacy.analysis.pld import epsilon_for_delta
+
+    n = int(top_loss / 0.5)
+    probs = np.zeros(n + 1)
+    probs[0], probs[n] = 1 - 2e-3, 2e-3
+    pld = privacy_loss_distribution.PrivacyLossDistribution(pld_pmf.DensePLDPmf(0.5, 0, probs, 0.0, True))
+    expected = top_loss - math.log(2.0)
+    eps = epsilon_for_delta(pld, 1e-3)
+    assert expected <= eps <= expected + 1e-9 * expected
+    if top_loss >= 720.0:  # the case this guards: dp_accounting alone says +inf
+        with np.errstate(all="ignore"):
+            assert math.isinf(pld.get_epsilon_for_delta(1e-3))

@@ -182,7 +182,9 @@ def _gaussian_totals(rounds, facts, sensitivity_of, delta_l: float, delta_total:
         with np.errstate(over="ignore"):  # noise from dp_accounting's truncation bounds (analysis/pld.py)
             pld = pld.self_compose(count) if count > 1 else pld
             total = pld if total is None else total.compose(pld)
-    eps = 0.0 if total is None else float(total.get_epsilon_for_delta(delta_total))
+    from otafl.privacy.analysis.pld import epsilon_for_delta
+
+    eps = 0.0 if total is None else epsilon_for_delta(total, delta_total)
     return per_round, max(eps, 0.0)
 
 

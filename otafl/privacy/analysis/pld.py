@@ -197,6 +197,54 @@ def profile_grid(eps_max: float, points: int) -> tuple[float, torch.Tensor]:
     return gap, gap * torch.arange(points + 1, dtype=_DT)
 
 
+def _pmf_epsilon(pmf, delta: float) -> float:
+    """Smallest eps >= 0 with delta(eps) <= ``delta`` for one dp_accounting PLD pmf, computed
+    without overflow: delta(eps) = m_inf + sum_{l > eps} p_l (1 - exp(eps - l)), where every
+    exp(eps - l) <= 1; bisection on eps, returning the upper end (so delta(eps) <= delta holds)."""
+    import numpy as np
+
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001 (dp_accounting's dense pmf)
+    losses = (dense._lower_loss + np.arange(probs.size)) * dense._discretization  # noqa: SLF001
+    inf_mass = float(dense._infinity_mass)  # noqa: SLF001
+    if inf_mass > delta:
+        return math.inf
+
+    def delta_at(eps: float) -> float:
+        above = losses > eps
+        return inf_mass + float(np.sum(probs[above] * -np.expm1(eps - losses[above])))
+
+    if delta_at(0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, float(losses[-1]) if probs.size else 0.0
+    if delta_at(hi) > delta:  # only the infinite mass is left above the top loss
+        return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if delta_at(mid) <= delta:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return hi
+
+
+def epsilon_for_delta(pld, delta: float) -> float:
+    """``pld.get_epsilon_for_delta(delta)`` (dp_accounting), recomputed by :func:`_pmf_epsilon`
+    where it returns +inf: its scan divides by a sum of p exp(-loss) that underflows when
+    losses reach a few hundred (long compositions of large per-round losses), which turns the
+    ratio into +inf and the answer into +inf although a finite epsilon exists."""
+    import numpy as np
+
+    with np.errstate(over="ignore", divide="ignore"):
+        eps = float(pld.get_epsilon_for_delta(delta))
+    if math.isfinite(eps):
+        return eps
+    pmfs = [pld._pmf_remove] + ([] if pld._symmetric else [pld._pmf_add])  # noqa: SLF001
+    return max(_pmf_epsilon(pmf, delta) for pmf in pmfs)
+
+
 def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float,  # noqa: F821
                      delta_target: float) -> float:
     """Total epsilon at ``delta_target`` of rounds given by their profiles on the common grid.
@@ -241,8 +289,7 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
     # Composition: dp_accounting's truncation bounds (a Chernoff bound over a fixed list of
     # orders, pld/common.py) overflow scipy's logsumexp at some orders; those give non-finite
     # bounds, which it skips, so the warning is noise and the result is unchanged.
-    # dp_accounting divides numpy floats: a ratio past the float range overflows to +inf (a
-    # numpy warning), and +inf is then the answer (an upper bound, as every +inf here).
-    with np.errstate(over="ignore"):
-        eps = float(total.get_epsilon_for_delta(delta_target))
+    # dp_accounting's epsilon lookup can overflow to +inf on long compositions: epsilon_for_delta
+    # recomputes those without overflow.
+    eps = epsilon_for_delta(total, delta_target)
     return eps if math.isfinite(eps) else math.inf

@@ -367,7 +367,9 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
             with np.errstate(over="ignore"):  # noise from dp_accounting's truncation bounds (analysis/pld.py)
                 pld = pld.self_compose(count) if count > 1 else pld
                 total = pld if total is None else total.compose(pld)
-        return float(max(0.0, total.get_epsilon_for_delta(delta)))
+        from otafl.privacy.analysis.pld import epsilon_for_delta
+
+        return float(max(0.0, epsilon_for_delta(total, delta)))
     orders = rdp_orders([r for r, _ in active])
     rdp = sum(count * round_rdp(r, orders) for r, count in active)
     return rdp_to_epsilon(rdp, orders, delta, classic=composition == "rdp-classic")
