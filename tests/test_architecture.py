@@ -79,3 +79,12 @@ def test_a_misspelt_accountant_fails_before_any_data_is_loaded(tmp_path, monkeyp
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "'tigth'" in lines[0] and "tight" in lines[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("module", ["otafl", "otafl.cli.main"])
+def test_the_cli_runs_as_a_module(module):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Usage:" in out.stdout and "sweep" in out.stdout, out.stderr

@@ -77,3 +77,7 @@ def _register() -> None:
 
 
 _register()
+
+
+if __name__ == "__main__":  # python -m otafl.cli.main, as python -m otafl
+    cli()
