@@ -268,3 +268,27 @@ def test_round_fields_are_the_per_round_record_columns():
             "tight_epsilon_central": result["tight"].epsilon_central_per_round[t],
             "tight_epsilon_local_max": result["tight"].epsilon_local_per_round[t],
         }
+
+
+def test_account_run_dispatches_steps_and_digital_to_their_run_level_composers():
+    """account_run(["steps"]) and account_run(["digital"]) state what account_steps and
+    account_digital_run state for the same facts (they used to come back as +inf totals from
+    the per-round bound interface)."""
+    from otafl.privacy.accountants.digital_run import account_digital_run
+    from otafl.privacy.accountants.steps_run import account_steps
+    from otafl.privacy.facts import DigitalMechanism
+
+    F64 = torch.float64
+    steps = [RoundFacts(participation_prob=torch.full((20,), 0.5, dtype=F64), noise_var=torch.zeros(20, dtype=F64),
+                        alignment_gain=1.0, n0=0.0, sensitivity=2.0, dim=10, participants=10, local_steps=5,
+                        record_sampling=0.1, step_noise=1.0, record_clip=1.0) for _ in range(4)]
+    got = account_run(steps, accountants=["steps"], delta_l=1e-5)["steps"]
+    assert got == account_steps(steps, delta_l=1e-5)
+    assert math.isfinite(got.epsilon_central_total) and got.epsilon_central_total > 0
+    digital = [RoundFacts(participation_prob=torch.full((40,), 0.5, dtype=F64), noise_var=torch.zeros(40, dtype=F64),
+                          alignment_gain=math.inf, n0=0.0, sensitivity=2.0, dim=64, participants=20,
+                          digital=DigitalMechanism("skellam", coordinates=64, noise_var=0.5, scale=100.0))
+               for _ in range(3)]
+    got = account_run(digital, accountants=["digital"], delta_l=1e-5, digital_delta_total=1e-3)["digital"]
+    assert got == account_digital_run(digital, delta_l=1e-5, delta_total=1e-3)
+    assert math.isfinite(got.epsilon_central_total) and got.delta_central_total <= 1e-3

@@ -28,7 +28,6 @@ from otafl.fl.sketch import InputSketch
 from otafl.fl.local import build_local_steps
 from otafl.fl.round import AGGREGATORS, channel_only
 from otafl.privacy.accountants import PrivacyResult, account_run
-from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.facts import RoundFacts
 from otafl.sampling import draw_participants
 from otafl.setup import build_run
@@ -229,32 +228,23 @@ def _digital_channel_only(h, active, digital):
 
 def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float | None
              ) -> tuple[PrivacyResult, str]:
-    """The run's privacy, per accountant of the spec.
-
-    ``steps`` (local DP-SGD steps) and ``digital`` (secure aggregation; always run for a
-    digital round) compose with their own run-level functions; the others through
-    :func:`account_run`. The over-the-air accountants model Gaussian noise, so for
-    ``skellam``, ``ddg`` and ``pbm`` shares they are skipped, with a note."""
-    names = list(spec.privacy.accountants)
-    own: dict[str, object] = {}
-    if "steps" in names:
-        own["steps"] = account_steps(facts, delta_l=spec.privacy.delta_l, delta_prime=spec.privacy.delta_prime,
-                                     delta_target=delta_target)
+    """The run's privacy, per accountant of the spec, by :func:`account_run` (``steps`` and
+    ``digital`` first; ``digital`` always for a digital round). The over-the-air accountants
+    model Gaussian noise, so for ``skellam``, ``ddg`` and ``pbm`` shares they are skipped,
+    with a note."""
+    listed = list(spec.privacy.accountants)
+    own = [a for a in ("steps", "digital") if a in listed or (a == "digital" and digital is not None)]
+    others = [a for a in listed if a not in own]
     note = ""
-    others = [a for a in names if a not in ("steps", "digital")]
-    if digital is not None:
-        from otafl.privacy.accountants.digital_run import account_digital_run
-
-        dg = spec.digital
-        own["digital"] = account_digital_run(facts, delta_l=spec.privacy.delta_l,
-                                             delta_total=None if dg.delta_total == "auto" else float(dg.delta_total))
-        if digital.mechanism != "gaussian" and others:
-            note = f"{', '.join(others)} not run: they model Gaussian noise, not the {digital.mechanism} mechanism"
-            others = []
-    base = account_run(facts, accountants=others, delta_l=spec.privacy.delta_l,
-                       delta_prime=spec.privacy.delta_prime, delta_target=delta_target)
-    order = list(own) + [a for a in names if a in base]
-    return PrivacyResult({a: own[a] if a in own else base[a] for a in dict.fromkeys(order)}), note
+    if digital is not None and digital.mechanism != "gaussian" and others:
+        note = f"{', '.join(others)} not run: they model Gaussian noise, not the {digital.mechanism} mechanism"
+        others = []
+    names = own + others  # the run-level composers first, as before
+    dg = spec.digital
+    result = account_run(facts, accountants=names, delta_l=spec.privacy.delta_l,
+                         delta_prime=spec.privacy.delta_prime, delta_target=delta_target,
+                         digital_delta_total=None if dg.delta_total == "auto" else float(dg.delta_total))
+    return result, note
 
 
 def _cost_summary(records: list[dict], digital) -> dict:

@@ -16,7 +16,7 @@ import torch
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import REASON_NO_CENTRAL_NOISE, REASON_NO_LOCAL_NOISE, reason_text
-from otafl.privacy.accountants.run import AccountantResult
+from otafl.privacy.accountants.result import AccountantResult
 from otafl.privacy.analysis.distributed import (
     DIGITAL_ORDERS,
     gaussian_conditional_epsilon,

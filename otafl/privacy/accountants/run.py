@@ -13,8 +13,6 @@ flat ``"{name}_..."`` columns that run stores, tables and plots read.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -30,6 +28,9 @@ from otafl.privacy.accountants.exact_run import (
     run_row_keys,
 )
 from otafl.privacy.accountants.registry import get_accountant
+from otafl.privacy.accountants.result import AccountantResult, PrivacyResult
+from otafl.privacy.accountants.steps_run import account_steps
+from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
 from otafl.privacy.facts import RoundFacts, stack_facts
 
@@ -121,106 +122,10 @@ def composition_name(index: int) -> str:
     return COMPOSITIONS[index] if index >= 0 else "none"
 
 
-# AccountantResult field -> the suffix of its flat summary key "{name}_{suffix}" (in column order).
-_SUMMARY_KEYS = (
-    ("epsilon_local_max", "epsilon_local_max"),
-    ("delta_local", "delta_local"),
-    ("epsilon_central", "epsilon_central"),
-    ("delta_central", "delta_central"),
-    ("epsilon_local_total", "epsilon_local_total"),
-    ("delta_local_total", "delta_local_total"),
-    ("epsilon_central_total", "epsilon_central_total"),
-    ("delta_central_total", "delta_central_total"),
-    ("composition_central", "composition"),
-    ("composition_local", "composition_local"),
-    ("defined", "defined"),
-    ("reason", "reason"),
-    ("classic_valid", "classic_valid"),
-)
-
-
-@dataclass(frozen=True)
-class AccountantResult:
-    """One accountant's privacy of a run. Plain Python values; non-finite epsilons are +inf.
-
-    Attributes
-    ----------
-    name : the accountant.
-    epsilon_local_max, delta_local : LDP of the worst user in the worst round (max over
-        rounds of each).
-    epsilon_central, delta_central : central DP of the worst round (max over rounds of each).
-    epsilon_local_total, delta_local_total : LDP composed over the rounds.
-    epsilon_central_total, delta_central_total : central DP composed over the rounds.
-    composition_central, composition_local : the composition that gave each total
-        (basic | advanced | rdp | pld | none).
-    defined : every round's bounds are defined; ``reason`` the texts of the reason bits
-        set in any round ('' when defined).
-    classic_valid : every round's classic Gaussian steps (central and local) are in
-        their validity range (always True for accountants without one).
-    epsilon_central_per_round, epsilon_local_per_round : [T] per round (local: worst user).
-    """
-
-    name: str
-    epsilon_local_max: float
-    delta_local: float
-    epsilon_central: float
-    delta_central: float
-    epsilon_local_total: float
-    delta_local_total: float
-    epsilon_central_total: float
-    delta_central_total: float
-    composition_central: str
-    composition_local: str
-    defined: bool
-    reason: str
-    classic_valid: bool
-    epsilon_central_per_round: tuple[float, ...]
-    epsilon_local_per_round: tuple[float, ...]
-
-    def summary_fields(self) -> dict:
-        """The flat run-summary columns ``"{name}_{suffix}"`` (no per-round values)."""
-        return {f"{self.name}_{suffix}": getattr(self, field) for field, suffix in _SUMMARY_KEYS}
-
-    def round_fields(self, t: int) -> dict:
-        """Round t's record columns: ``"{name}_epsilon_central"``, ``"{name}_epsilon_local_max"``."""
-        return {f"{self.name}_epsilon_central": self.epsilon_central_per_round[t],
-                f"{self.name}_epsilon_local_max": self.epsilon_local_per_round[t]}
-
-
-@dataclass(frozen=True, eq=False)
-class PrivacyResult(Mapping):
-    """The privacy of a run for several accountants: a read-only mapping name -> AccountantResult."""
-
-    results: Mapping[str, AccountantResult]
-
-    def __getitem__(self, name: str) -> AccountantResult:
-        return self.results[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.results)
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    def summary_fields(self) -> dict:
-        """Every accountant's :meth:`AccountantResult.summary_fields`, in accountant order."""
-        out: dict = {}
-        for result in self.results.values():
-            out.update(result.summary_fields())
-        return out
-
-    def round_fields(self, t: int) -> dict:
-        """Every accountant's :meth:`AccountantResult.round_fields` of round t."""
-        out: dict = {}
-        for result in self.results.values():
-            out.update(result.round_fields(t))
-        return out
-
-
 def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l: float,
                 delta_prime: float | str = "auto", delta_target: float | None = None,
-                rdp_resolution: float = 1e-2, exact_resolution: Resolution = DEFAULT_RESOLUTION
-                ) -> PrivacyResult:
+                rdp_resolution: float = 1e-2, exact_resolution: Resolution = DEFAULT_RESOLUTION,
+                digital_delta_total: float | None = None) -> PrivacyResult:
     """Per-round and whole-run privacy of a training run, for each named accountant.
 
     Parameters
@@ -235,9 +140,15 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     exact_resolution : the pessimistic grids of ``exact``'s cached rounds
         (:class:`~otafl.privacy.accountants.exact_run.Resolution`; ``NO_ROUNDING`` for none).
 
+    digital_delta_total : ``digital``'s total delta (None: its own default, see
+        :func:`~otafl.privacy.accountants.digital_run.account_digital_run`).
+
     ``exact`` is evaluated per distinct (rounded) round and composed by privacy-loss
     distributions (:func:`_account_exact`); ``paper`` and ``tight`` per round on all rounds
-    at once, composed by :func:`compose_round_bounds`.
+    at once, composed by :func:`compose_round_bounds`; ``steps`` and ``digital`` by their own
+    run-level composers (:func:`~otafl.privacy.accountants.steps_run.account_steps`,
+    :func:`~otafl.privacy.accountants.digital_run.account_digital_run`), which read the
+    facts' local-step and digital-mechanism fields.
 
     Returns
     -------
@@ -251,6 +162,12 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     results: dict[str, AccountantResult] = {}
     for name in accountants:
         acc = get_accountant(name)
+        if name == "steps":
+            results[name] = account_steps(facts, delta_l=delta_l, delta_prime=delta_prime, delta_target=delta_target)
+            continue
+        if name == "digital":
+            results[name] = account_digital_run(facts, delta_l=delta_l, delta_total=digital_delta_total)
+            continue
         if name == "exact":
             results[name] = _account_exact(facts, x, delta_l=delta_l, delta_target=delta_target,
                                            resolution=exact_resolution)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import reason_text
-from otafl.privacy.accountants.run import AccountantResult
+from otafl.privacy.accountants.result import AccountantResult
 from otafl.privacy.accountants.steps import facts_kwargs, round_mechanisms, steps_round
 from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon
 from otafl.privacy.facts import RoundFacts

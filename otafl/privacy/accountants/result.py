@@ -1,0 +1,107 @@
+"""The typed privacy of a run: one :class:`AccountantResult` per accountant, gathered in a
+:class:`PrivacyResult` (docs/privacy.md). Plain values, JSON-able through ``summary_fields``;
+kept apart from the accountants so that every run-level composer (``account_run``,
+``account_steps``, ``account_digital_run``) can return them without importing each other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+__all__ = ["AccountantResult", "PrivacyResult"]
+
+
+# AccountantResult field -> the suffix of its flat summary key "{name}_{suffix}" (in column order).
+_SUMMARY_KEYS = (
+    ("epsilon_local_max", "epsilon_local_max"),
+    ("delta_local", "delta_local"),
+    ("epsilon_central", "epsilon_central"),
+    ("delta_central", "delta_central"),
+    ("epsilon_local_total", "epsilon_local_total"),
+    ("delta_local_total", "delta_local_total"),
+    ("epsilon_central_total", "epsilon_central_total"),
+    ("delta_central_total", "delta_central_total"),
+    ("composition_central", "composition"),
+    ("composition_local", "composition_local"),
+    ("defined", "defined"),
+    ("reason", "reason"),
+    ("classic_valid", "classic_valid"),
+)
+
+
+@dataclass(frozen=True)
+class AccountantResult:
+    """One accountant's privacy of a run. Plain Python values; non-finite epsilons are +inf.
+
+    Attributes
+    ----------
+    name : the accountant.
+    epsilon_local_max, delta_local : LDP of the worst user in the worst round (max over
+        rounds of each).
+    epsilon_central, delta_central : central DP of the worst round (max over rounds of each).
+    epsilon_local_total, delta_local_total : LDP composed over the rounds.
+    epsilon_central_total, delta_central_total : central DP composed over the rounds.
+    composition_central, composition_local : the composition that gave each total
+        (basic | advanced | rdp | pld | none).
+    defined : every round's bounds are defined; ``reason`` the texts of the reason bits
+        set in any round ('' when defined).
+    classic_valid : every round's classic Gaussian steps (central and local) are in
+        their validity range (always True for accountants without one).
+    epsilon_central_per_round, epsilon_local_per_round : [T] per round (local: worst user).
+    """
+
+    name: str
+    epsilon_local_max: float
+    delta_local: float
+    epsilon_central: float
+    delta_central: float
+    epsilon_local_total: float
+    delta_local_total: float
+    epsilon_central_total: float
+    delta_central_total: float
+    composition_central: str
+    composition_local: str
+    defined: bool
+    reason: str
+    classic_valid: bool
+    epsilon_central_per_round: tuple[float, ...]
+    epsilon_local_per_round: tuple[float, ...]
+
+    def summary_fields(self) -> dict:
+        """The flat run-summary columns ``"{name}_{suffix}"`` (no per-round values)."""
+        return {f"{self.name}_{suffix}": getattr(self, field) for field, suffix in _SUMMARY_KEYS}
+
+    def round_fields(self, t: int) -> dict:
+        """Round t's record columns: ``"{name}_epsilon_central"``, ``"{name}_epsilon_local_max"``."""
+        return {f"{self.name}_epsilon_central": self.epsilon_central_per_round[t],
+                f"{self.name}_epsilon_local_max": self.epsilon_local_per_round[t]}
+
+
+@dataclass(frozen=True, eq=False)
+class PrivacyResult(Mapping):
+    """The privacy of a run for several accountants: a read-only mapping name -> AccountantResult."""
+
+    results: Mapping[str, AccountantResult]
+
+    def __getitem__(self, name: str) -> AccountantResult:
+        return self.results[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def summary_fields(self) -> dict:
+        """Every accountant's :meth:`AccountantResult.summary_fields`, in accountant order."""
+        out: dict = {}
+        for result in self.results.values():
+            out.update(result.summary_fields())
+        return out
+
+    def round_fields(self, t: int) -> dict:
+        """Every accountant's :meth:`AccountantResult.round_fields` of round t."""
+        out: dict = {}
+        for result in self.results.values():
+            out.update(result.round_fields(t))
+        return out
