@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["GRID_BITS", "CoinSource", "uniform_grid", "coins_below", "bernoulli_grid"]
+__all__ = ["GRID_BITS", "CoinSource", "coins_below"]
 
 GRID_BITS = 24
 """Resolution of the coins' probabilities: the uniforms are {j 2^-24 : 0 <= j < 2^24}."""
@@ -62,11 +62,6 @@ class CoinSource:
         return out.view(tuple(shape))
 
 
-def uniform_grid(shape, source: "CoinSource | torch.Generator", dtype=torch.float32) -> Tensor:
-    """Independent uniforms on the grid {j 2^-24 : 0 <= j < 2^24}, ``dtype``, on the source's device."""
-    return CoinSource.of(source).integers(shape).to(dtype).mul_(2.0 ** -GRID_BITS)
-
-
 def coins_below(threshold: Tensor, source: "CoinSource | torch.Generator", *, centred: bool = False) -> Tensor:
     """Coins 1[U < t] for t = ``threshold`` in [0, 2^24] (a probability times 2^24):
     P(1) = ceil(t) / 2^24, independent across elements. Bool, on ``threshold``'s device.
@@ -75,9 +70,3 @@ def coins_below(threshold: Tensor, source: "CoinSource | torch.Generator", *, ce
     draws = CoinSource.of(source).integers(threshold.shape, centred=centred)
     draws = draws.to(device=threshold.device, dtype=threshold.dtype)
     return draws < threshold  # same dtypes: a mixed int/float comparison runs about 4x slower
-
-
-def bernoulli_grid(prob: Tensor, source: "CoinSource | torch.Generator") -> Tensor:
-    """Coins with the law of ``uniform_grid(prob.shape) < prob``: P(1) = ceil(2^24 p) / 2^24
-    for p in [0, 1]. Bool, on ``prob``'s device."""
-    return coins_below(prob * float(1 << GRID_BITS), source)

@@ -41,9 +41,9 @@ from otafl.channel.orthogonal import uplink_cost
 from otafl.errors import OtaflInputError
 from otafl.fl.discrete_gaussian import discrete_gaussian, discrete_gaussian_sum
 from otafl.fl.grads import UserGradients
-from otafl.fl.rotation import coordinate_bound, fwht, padded_dim, random_signs, unrotate
-from otafl.fl.coins import GRID_BITS, CoinSource, bernoulli_grid, coins_below
-from otafl.fl.secagg import modular_sum, secagg_decode
+from otafl.fl.rotation import coordinate_bound, fwht, padded_dim, random_signs, rotation_columns, unrotate
+from otafl.fl.coins import GRID_BITS, CoinSource, coins_below
+from otafl.fl.secagg import modular_sum, rounding_coins, secagg_decode
 from otafl.privacy.facts import DigitalMechanism
 from otafl.transmit import clip_factors
 
@@ -169,16 +169,22 @@ BERNOULLI_SUM_MAX = 8
 ``torch.binomial`` there), by ``torch.binomial`` above it; both are exact."""
 
 
-def binomial_counts(trials: int, prob: Tensor, generator: torch.Generator) -> Tensor:
-    """Binomial(trials, prob) elementwise, exact, float dtype of ``prob`` (each coin's
-    probability on the 2^-24 grid of :func:`~otafl.fl.secagg.bernoulli_grid` for
-    trials <= BERNOULLI_SUM_MAX)."""
-    if trials <= BERNOULLI_SUM_MAX:
-        out = bernoulli_grid(prob, generator).to(prob.dtype)
-        for _ in range(trials - 1):
-            out.add_(bernoulli_grid(prob, generator))
-        return out
-    return torch.binomial(torch.full_like(prob, float(trials)), prob, generator=generator)
+def binomial_counts(trials: int, threshold: Tensor, coins: CoinSource, generator: torch.Generator, *,
+                    as_bool: bool = False) -> Tensor:
+    """Binomial(trials, p) elementwise, exact, from the centred coin thresholds
+    ``threshold`` = 2^24 (p - 1/2) (:func:`~otafl.fl.coins.coins_below`; used as scratch):
+    ``trials`` coins on the 2^-24 grid up to BERNOULLI_SUM_MAX, ``torch.binomial`` above it.
+    Float dtype of ``threshold``; bool (the coin itself) for one trial when ``as_bool``."""
+    if trials > BERNOULLI_SUM_MAX:
+        prob = threshold.add_(COIN_SCALE / 2).mul_(1.0 / COIN_SCALE)
+        return torch.binomial(torch.full_like(prob, float(trials)), prob, generator=generator)
+    counts = coins_below(threshold, coins, centred=True)
+    if trials == 1 and as_bool:
+        return counts
+    counts = counts.to(threshold.dtype)
+    for _ in range(trials - 1):
+        counts.add_(coins_below(threshold, coins, centred=True))
+    return counts
 
 
 USER_CHUNK = 24
@@ -190,7 +196,7 @@ FLOAT32_EXACT = float(1 << 24)
 """Integers up to 2^24 in magnitude are exact in float32."""
 
 COIN_SCALE = float(1 << GRID_BITS)
-"""Coin thresholds are kept as probabilities times 2^24 (:func:`~otafl.fl.secagg.coins_below`)."""
+"""Coin thresholds are kept as probabilities times 2^24 (:func:`~otafl.fl.coins.coins_below`)."""
 
 
 class _Sums:
@@ -228,8 +234,7 @@ def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, 
 
     ``x`` is the block's rotated vectors times :func:`_level`; it is used as scratch."""
     if digital.mechanism in SCALED:
-        low = torch.floor(x)
-        up = coins_below(x.sub_(low).mul_(COIN_SCALE), coins)  # stochastic rounding's coins
+        low, up = rounding_coins(x, coins, scratch=True)
         if not per_user:  # the noise shares' sum is drawn by _encode_sum
             sums.add_values(low)
             sums.add_coins(up)
@@ -250,14 +255,7 @@ def _encode_chunk(x: Tensor, digital: DigitalSetup, generator: torch.Generator, 
         clipped = int((x.abs() > edge).sum())
         x.clamp_(-edge, edge)
     # x is now 2^24 (p - 1/2): the centred threshold of the coins
-    if digital.trials <= BERNOULLI_SUM_MAX:
-        counts = coins_below(x, coins, centred=True)
-        if digital.trials > 1 or per_user:
-            counts = counts.to(x.dtype)
-            for _ in range(digital.trials - 1):
-                counts.add_(coins_below(x, coins, centred=True))
-    else:
-        counts = binomial_counts(digital.trials, x.add_(COIN_SCALE / 2).mul_(1.0 / COIN_SCALE), generator)
+    counts = binomial_counts(digital.trials, x, coins, generator, as_bool=not per_user)
     if counts.dtype == torch.bool:
         sums.add_coins(counts)
     else:
@@ -278,7 +276,7 @@ def _encode_sum(grads: UserGradients, rows: Tensor, factor: Tensor, digital: Dig
     level = _level(digital)
     coins = CoinSource(generator)  # every coin of the round
     if signs is not None:
-        coef = signs.to(dtype)[:d] * (level / math.sqrt(D))
+        coef = rotation_columns(signs, d, level, dtype)
     everyone = n == grads.norms.numel()  # rows = 0..n-1: blocks are slices
     buffer = torch.zeros(min(USER_CHUNK, n), D, dtype=dtype, device=device)  # columns d.. stay 0
     # |q| <= s L + 1 per user and coordinate (the rotation keeps the clipped norm); counts <= m

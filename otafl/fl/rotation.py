@@ -25,7 +25,8 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["padded_dim", "hadamard_factors", "fwht", "random_signs", "rotate", "unrotate", "coordinate_bound"]
+__all__ = ["padded_dim", "hadamard_factors", "fwht", "random_signs", "rotation_columns", "rotate", "unrotate",
+           "coordinate_bound"]
 
 MAX_FACTOR_LOG2 = 5
 
@@ -81,14 +82,20 @@ def random_signs(D: int, generator: torch.Generator, dtype=torch.float32) -> Ten
     return (2 * bits - 1).to(dtype)
 
 
+def rotation_columns(signs: Tensor, dim: int, scale: float = 1.0, dtype=None) -> Tensor:
+    """[dim] ``scale`` xi_j / sqrt(D): what the first ``dim`` padded coordinates are multiplied
+    by before H_D, so that ``scale`` R x = fwht(pad(x * rotation_columns(...)))."""
+    D = signs.numel()
+    return signs.to(dtype or signs.dtype)[:dim] * (float(scale) / math.sqrt(D))
+
+
 def rotate(x: Tensor, signs: Tensor, scale: float = 1.0) -> Tensor:
     """``scale`` R x for x: [n, d] (zero-padded to D = signs.numel()); returns [n, D].
 
     The signs, 1/sqrt(D) and ``scale`` are applied in the one pass that pads x."""
     D, d = signs.numel(), x.shape[-1]
-    coef = signs.to(x.dtype)[:d] * (float(scale) / math.sqrt(D))
     padded = x.new_zeros(*x.shape[:-1], D)
-    torch.mul(x, coef, out=padded[..., :d])
+    torch.mul(x, rotation_columns(signs, d, scale, x.dtype), out=padded[..., :d])
     return fwht(padded)
 
 

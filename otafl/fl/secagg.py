@@ -16,21 +16,29 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from otafl.fl.coins import bernoulli_grid
+from otafl.fl.coins import GRID_BITS, CoinSource, coins_below
 
-__all__ = ["stochastic_round", "modular_sum", "secagg_decode", "SecAggResult"]
+__all__ = ["rounding_coins", "stochastic_round", "modular_sum", "secagg_decode", "SecAggResult"]
 
 
-def stochastic_round(x: Tensor, generator: torch.Generator, *, scratch: bool = False) -> Tensor:
-    """Unbiased stochastic rounding: floor(x) + Bernoulli(x - floor(x)), same dtype as x.
+def rounding_coins(x: Tensor, source: CoinSource | torch.Generator, *, scratch: bool = False
+                   ) -> tuple[Tensor, Tensor]:
+    """Unbiased stochastic rounding in two parts: (floor(x), coins), the result being their sum.
 
-    E[result] = x up to the 2^-24 grid of the coins (:func:`bernoulli_grid`: the probability
-    of rounding up is ceil(2^24 frac) / 2^24); |result - x| < 1. With ``scratch`` the caller
-    gives ``x`` up (it is overwritten with its fractional parts); otherwise ``x`` is not modified.
+    The coin is 1 with probability ceil(2^24 frac) / 2^24 (:func:`~otafl.fl.coins.coins_below`),
+    frac = x - floor(x), so E[floor + coin] = x up to that 2^-24 grid and |result - x| < 1.
+    One coin per element from ``source``. With ``scratch`` the caller gives ``x`` up (it is
+    overwritten); otherwise ``x`` is not modified. Returns (floor [same dtype], coins [bool]).
     """
     low = torch.floor(x)
     frac = x.sub_(low) if scratch else x - low
-    return low.add_(bernoulli_grid(frac, generator))
+    return low, coins_below(frac.mul_(float(1 << GRID_BITS)), source)
+
+
+def stochastic_round(x: Tensor, source: CoinSource | torch.Generator, *, scratch: bool = False) -> Tensor:
+    """floor(x) + coin, same dtype as x (:func:`rounding_coins`)."""
+    low, up = rounding_coins(x, source, scratch=scratch)
+    return low.add_(up)
 
 
 def modular_sum(messages: Tensor, bits: int) -> Tensor:
