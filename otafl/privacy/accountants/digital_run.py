@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from otafl.errors import OtaflInputError, check_range
@@ -169,21 +168,15 @@ def _gaussian_totals(rounds, facts, sensitivity_of, delta_l: float, delta_total:
         eps_t, spec = memo[key]
         per_round.append(eps_t)
         plds[key] = (spec, plds.get(key, (spec, 0))[1] + 1)
-    total = None
+    from otafl.privacy.analysis.pld import compose_counted, epsilon_for_delta
+
     # one loss grid for every round (compositions need it): fine enough that rounding the
     # losses up costs at most ~T * interval / 2 in eps, coarse enough to stay fast
     mus = [d * d / (2 * float(s.min()) ** 2) for (_, _, s, d), _ in plds.values() if float(s.min()) > 0]
     interval = max(1e-4, math.sqrt(2 * max(mus)) / 2000) if mus else 1e-4
-    for (p, w, s, delta_s), count in plds.values():
-        if p <= 0:
-            continue
-        pld = gaussian_round_pld(participation_prob=p, weights=w, noise_std=s, sensitivity=delta_s,
-                                 interval=interval)
-        with np.errstate(over="ignore"):  # noise from dp_accounting's truncation bounds (analysis/pld.py)
-            pld = pld.self_compose(count) if count > 1 else pld
-            total = pld if total is None else total.compose(pld)
-    from otafl.privacy.analysis.pld import epsilon_for_delta
-
+    total = compose_counted((gaussian_round_pld(participation_prob=p, weights=w, noise_std=s, sensitivity=delta_s,
+                                                interval=interval), count)
+                            for (p, w, s, delta_s), count in plds.values() if p > 0)
     eps = 0.0 if total is None else epsilon_for_delta(total, delta_total)
     return per_round, max(eps, 0.0)
 

@@ -197,16 +197,24 @@ def profile_grid(eps_max: float, points: int) -> tuple[float, torch.Tensor]:
     return gap, gap * torch.arange(points + 1, dtype=_DT)
 
 
+def dense_arrays(pmf):
+    """(losses [N], masses [N], infinity mass) of one direction of a dp_accounting PLD, from
+    its dense pmf (dp_accounting has no public accessor for them)."""
+    import numpy as np
+
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
+    losses = (np.arange(probs.size) + dense._lower_loss) * dense._discretization  # noqa: SLF001
+    return losses, probs, float(dense._infinity_mass)  # noqa: SLF001
+
+
 def _pmf_epsilon(pmf, delta: float) -> float:
     """Smallest eps >= 0 with delta(eps) <= ``delta`` for one dp_accounting PLD pmf, computed
     without overflow: delta(eps) = m_inf + sum_{l > eps} p_l (1 - exp(eps - l)), where every
     exp(eps - l) <= 1; bisection on eps, returning the upper end (so delta(eps) <= delta holds)."""
     import numpy as np
 
-    dense = pmf.to_dense_pmf()
-    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001 (dp_accounting's dense pmf)
-    losses = (dense._lower_loss + np.arange(probs.size)) * dense._discretization  # noqa: SLF001
-    inf_mass = float(dense._infinity_mass)  # noqa: SLF001
+    losses, probs, inf_mass = dense_arrays(pmf)
     if inf_mass > delta:
         return math.inf
 
@@ -228,6 +236,22 @@ def _pmf_epsilon(pmf, delta: float) -> float:
         if hi - lo <= 1e-12 * max(1.0, hi):
             break
     return hi
+
+
+def compose_counted(plds) -> object | None:
+    """The composition of dp_accounting PLDs given as (pld, count) pairs (each self-composed
+    ``count`` times), or None when there are none. dp_accounting's truncation bounds (a
+    Chernoff bound over a fixed list of orders, pld/common.py) overflow scipy's logsumexp at
+    some orders; those give non-finite bounds, which it skips, so numpy's overflow warning is
+    noise and is silenced here; the result is unchanged."""
+    import numpy as np
+
+    total = None
+    with np.errstate(over="ignore"):
+        for pld, count in plds:
+            pld = pld.self_compose(count) if count > 1 else pld
+            total = pld if total is None else total.compose(pld)
+    return total
 
 
 def epsilon_for_delta(pld, delta: float) -> float:
@@ -266,12 +290,12 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
     from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-    total = None
-    for pos, count in profiles:
+    if any(gap * (len(pos) - 1) > MAX_GRID_EPS for pos, _ in profiles):
+        return math.inf
+
+    def round_pld(pos):
         pos = np.nan_to_num(np.asarray(pos, dtype=np.float64), nan=1.0)  # an undefined value: the worst
         points = len(pos) - 1
-        if gap * points > MAX_GRID_EPS:
-            return math.inf
         e_np = gap * np.arange(points + 1)
         pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
         pos = lower_convex_envelope(np.exp(e_np), pos)
@@ -280,16 +304,10 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
         # upper bounds on a non-increasing profile is still an upper bound on it.
         deltas = np.minimum.accumulate(np.concatenate([neg[::-1], pos[1:]]))
         pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -points, points, deltas)
-        pld = PrivacyLossDistribution(pmf)
-        with np.errstate(over="ignore"):  # the truncation-bound noise, see below
-            pld = pld.self_compose(count) if count > 1 else pld
-            total = pld if total is None else total.compose(pld)
+        return PrivacyLossDistribution(pmf)
+
+    total = compose_counted((round_pld(pos), count) for pos, count in profiles)
     if total is None:
         return 0.0
-    # Composition: dp_accounting's truncation bounds (a Chernoff bound over a fixed list of
-    # orders, pld/common.py) overflow scipy's logsumexp at some orders; those give non-finite
-    # bounds, which it skips, so the warning is noise and the result is unchanged.
-    # dp_accounting's epsilon lookup can overflow to +inf on long compositions: epsilon_for_delta
-    # recomputes those without overflow.
     eps = epsilon_for_delta(total, delta_target)
     return eps if math.isfinite(eps) else math.inf

@@ -184,13 +184,13 @@ def _profile(pmf, eps: np.ndarray) -> np.ndarray:
     delta(eps) = inf_mass + sum_{l_j > eps} w_j (1 - e^(eps - l_j)) over the dense PMF's
     losses l_j and masses w_j, from suffix sums (dp_accounting's own vectorised version
     does the same sums in a Python loop)."""
-    dense = pmf.to_dense_pmf()
-    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001 (no public accessor)
-    losses = (np.arange(probs.size) + dense._lower_loss) * dense._discretization  # noqa: SLF001
+    from otafl.privacy.analysis.pld import dense_arrays
+
+    losses, probs, inf_mass = dense_arrays(pmf)
     upper = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
     lower = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
     idx = np.searchsorted(losses, eps, side="right")
-    out = dense._infinity_mass + upper[idx] - np.exp(eps) * lower[idx]  # noqa: SLF001
+    out = inf_mass + upper[idx] - np.exp(eps) * lower[idx]
     return np.clip(out, 0.0, 1.0)
 
 
@@ -361,14 +361,9 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
     if any(r.open for r, _ in active):
         return math.inf
     if composition == "pld":
-        total = None
-        for r, count in active:
-            pld = round_pld(r)
-            with np.errstate(over="ignore"):  # noise from dp_accounting's truncation bounds (analysis/pld.py)
-                pld = pld.self_compose(count) if count > 1 else pld
-                total = pld if total is None else total.compose(pld)
-        from otafl.privacy.analysis.pld import epsilon_for_delta
+        from otafl.privacy.analysis.pld import compose_counted, epsilon_for_delta
 
+        total = compose_counted((round_pld(r), count) for r, count in active)
         return float(max(0.0, epsilon_for_delta(total, delta)))
     orders = rdp_orders([r for r, _ in active])
     rdp = sum(count * round_rdp(r, orders) for r, count in active)
