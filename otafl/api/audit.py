@@ -34,6 +34,7 @@ from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
 from otafl.privacy.accountants import exact_round, exact_total
 from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec
+from otafl.privacy.facts import uniform_facts
 from otafl.progress import Progress, Tally
 
 __all__ = ["AUDIT_BATCH", "DEFAULT_ACCOUNTANTS", "SCOPES", "audit_grid"]
@@ -45,16 +46,6 @@ AUDIT_BATCH = 1 << 16
 """Monte Carlo draws per call of ``audit_round`` (its chunk: the stream is that of one call)."""
 EXACT_PIECE = 16
 """Grid points per call of ``exact_round``."""
-
-
-def _uniform_facts(users: int, p: float, sigma2: float, c: float, n0: float, sensitivity: float,
-                   dim: int, device):
-    from otafl.privacy.facts import RoundFacts
-
-    f64 = dict(dtype=torch.float64, device=device)
-    return RoundFacts(participation_prob=torch.full((users,), p, **f64),
-                      noise_var=torch.full((users,), sigma2, **f64), alignment_gain=c, n0=n0,
-                      sensitivity=sensitivity, dim=dim, participants=0)
 
 
 def _audit_batches(spec: RoundSpec, eps: torch.Tensor, *, samples: int, generator: torch.Generator, rounds: int,
@@ -172,7 +163,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 # exact's own totals, as a run states them (account_run's rule): at (T + 1) delta_l
                 # central and T p delta_l + delta_l local, whatever other accountants are listed.
                 u, pv, sv, lv, _ = points[i]
-                facts = [_uniform_facts(int(u), pv, sv, c[i], n0, 2.0 * lv, dim, device)] * rounds
+                facts = [uniform_facts(int(u), pv, sv, c[i], n0, 2.0 * lv, dim, device)] * rounds
                 for sc in ["central"] + (["local"] if scope != "central" else []):
                     tot = exact_total(facts, sc, delta_l=delta_l)
                     row.update({f"epsilon_{sc}_total": tot["epsilon"], f"delta_{sc}_total": tot["delta"]})

@@ -128,14 +128,12 @@ def _exact_totals(*, K, pp, s2, L, c, n0: float, dim: int, rounds: int, delta_l:
     ``c`` [n, t] holds the alignment gain of every round (t = T), or of one round that every
     round repeats (t = 1, h = 1). Returns the fields of :func:`compose_round_bounds` ([n]).
     """
-    from otafl.privacy.facts import RoundFacts
+    from otafl.privacy.facts import uniform_facts
 
     out: dict[str, list] = {}
     for i in range(c.shape[0]):
-        ones = torch.ones(int(K[i]), dtype=torch.float64)
-        facts = [RoundFacts(participation_prob=ones * float(pp[i]), noise_var=ones * float(s2[i]),
-                            alignment_gain=float(ct), n0=float(n0), sensitivity=2.0 * float(L[i]), dim=dim,
-                            participants=0) for ct in c[i].tolist()]
+        facts = [uniform_facts(int(K[i]), float(pp[i]), float(s2[i]), ct, n0, 2.0 * float(L[i]), dim)
+                 for ct in c[i].tolist()]
         facts = facts * rounds if len(facts) == 1 else facts
         for kind in ("central", "local"):
             tot = exact_total(facts, kind, delta_l=delta_l, delta_target=delta_target)

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from otafl.errors import OtaflInputError, check_range
 
-__all__ = ["DigitalMechanism", "RoundFacts", "stack_facts"]
+__all__ = ["DigitalMechanism", "RoundFacts", "stack_facts", "uniform_facts"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,16 @@ class RoundFacts:
     record_clip: float | None = None
     update_clip_failure: float = 0.0
     digital: DigitalMechanism | None = None
+
+
+def uniform_facts(users: int, p: float, sigma2: float, alignment_gain: float, n0: float, sensitivity: float,
+                  dim: int, device=None) -> RoundFacts:
+    """One round of K identical users (participation p, noise sigma2 each), as ``otafl bound``
+    and ``otafl audit`` state a grid point's rounds."""
+    f64 = dict(dtype=torch.float64, device=device)
+    return RoundFacts(participation_prob=torch.full((int(users),), float(p), **f64),
+                      noise_var=torch.full((int(users),), float(sigma2), **f64), alignment_gain=float(alignment_gain),
+                      n0=float(n0), sensitivity=float(sensitivity), dim=int(dim), participants=0)
 
 
 def stack_facts(facts: list[RoundFacts]) -> dict[str, Tensor]:
