@@ -1,16 +1,18 @@
-r"""Record-level DP of S local DP-SGD steps per round, summed over the air (sum-domination).
+r"""Record-level DP of S local DP-SGD steps per round, released through the participants' sum.
 
 One round, seen by one record of user k (docs/privacy.md#steps): with probability p the
 user takes part and runs S steps of DP-SGD; at every step the record enters the user's
 minibatch with probability q (Poisson), its clipped gradient moves the step's sum by at
-most the sensitivity, and the step adds Gaussian noise. What leaves the round is the
-superposition of the participants' updates, so by sum-domination (Heikkilä et al.,
-Thm. 4.6) each step is accounted as one Poisson-subsampled Gaussian whose noise is the
-sum of the participants' step noises: noise multiplier z = sigma sqrt(m) for m
-participants of noise multiplier sigma each. One round is therefore the mechanism
+most the sensitivity, and the step adds Gaussian noise. The release is a post-processing
+of the user's own S steps (an adaptive composition) in which the last step also carries the
+noise that nobody uses again (the other participants' last-step noise under FedAvg, the
+artificial and channel noise): S - 1 steps of PoissonSampled(q, Gaussian(z)) and a last one
+of PoissonSampled(q, Gaussian(z_S)), z_S >= z (``StepRound.last_noise``; the accountant in
+:mod:`otafl.privacy.accountants.steps` chooses z_S; the source's sum-domination, kept as
+``steps-sumdom``, sets every step to z = sigma sqrt(m)). One round is therefore the mechanism
 
-    STEPS(p, q, z, S) = with probability p: S-fold composition of PoissonSampled(q, Gaussian(z)),
-                        otherwise: nothing,
+    STEPS(p, q, z, S, z_S) = with probability p: S - 1 steps of PoissonSampled(q, Gaussian(z))
+                             and one of PoissonSampled(q, Gaussian(z_S)), otherwise: nothing,
 
 under add/remove adjacency with unit sensitivity. Two readings of the user coin:
 
