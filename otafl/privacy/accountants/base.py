@@ -117,8 +117,9 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
     participation_prob : [..., K] (``users=None``) or [...] (uniform), float -- p in [0, 1].
     noise_var : [..., K] or [..., 1] (per user) or [...] (uniform), float -- sigma^2 >= 0,
         finite, per coordinate, gradient units.
-    alignment_gain : [...], float -- c_t >= 0, finite (0: a silent round, nothing reaches
-        the server); N0 / c_t^2 must be finite.
+    alignment_gain : [...], float -- c_t >= 0 (0: a silent round, nothing reaches the
+        server; +inf: no receiver noise in the sum, as ``ideal`` and ``digital`` rounds
+        record); N0 / c_t^2 must be finite.
     n0 : [...], float -- receiver noise variance N0 >= 0, finite (0: no channel noise).
     sensitivity : [...], float -- Delta > 0, finite.
     delta_l : [...], float -- in (0, 1).
@@ -136,7 +137,7 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
     # Infinite facts are refused, not read as "no signal": an overflowed L^2 or N0 would
     # otherwise give epsilon 0 (or nan) for a round that leaks.
     _check_tensor("noise_var", var, 0.0, math.inf, hi_open=True)
-    _check_tensor("alignment_gain", c, 0.0, math.inf, hi_open=True)
+    _check_tensor("alignment_gain", c, 0.0)  # +inf: no receiver noise reaches the sum (ideal, digital)
     _check_tensor("n0", n0, 0.0, math.inf, hi_open=True)
     _check_tensor("sensitivity", delta_s, 0.0, math.inf, lo_open=True, hi_open=True)
     _check_tensor("delta_l", delta_l, 0.0, 1.0, lo_open=True, hi_open=True)
