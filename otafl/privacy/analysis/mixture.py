@@ -152,13 +152,24 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         done = done | now_done
         if bool(done.all()):
             break
-    # Tighten the bracket around the Newton point on both sides.
+    # Tighten the bracket around the Newton point on both sides. Where L - eps is flat to
+    # rounding there (large variances: L(u) ~ 2 u a / W), a step of tau may not change its
+    # computed sign; the step then grows by 4x until it does (or reaches the bracket's end),
+    # so a stale far end never inflates the slack term below.
     tau = 4 * rtol * (1.0 + x.abs())
-    for cand in (x - tau, x + tau):
-        G, _ = _likelihood_ratio(cand, *args)
-        inside = (cand > lo) & (cand < hi) & ~full
-        lo = torch.where(inside & (G <= 0), cand, lo)
-        hi = torch.where(inside & (G > 0), cand, hi)
+    for _ in range(40):
+        for cand in (x - tau, x + tau):
+            G, _ = _likelihood_ratio(cand, *args)
+            inside = (cand > lo) & (cand < hi) & ~full
+            lo = torch.where(inside & (G <= 0), cand, lo)
+            hi = torch.where(inside & (G > 0), cand, hi)
+        if not bool(((hi - lo > 2.5 * tau) & ~full).any()):
+            break
+        tau = torch.where(hi - lo > 2.5 * tau, 4 * tau, tau)
+    # eps = 0: L is odd in u (P and Q are mirror images), so its root is u = 0 exactly.
+    zero = (eps == 0) & ~full
+    lo = torch.where(zero, torch.zeros_like(lo), lo)
+    hi = torch.where(zero, torch.zeros_like(hi), hi)
 
     lower = _tail_excess(lo, *args).clamp(min=0.0)
     # Bracket slack: (hi - lo) * max over [lo, hi] of pi phi_W(u - a).
