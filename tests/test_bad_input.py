@@ -204,3 +204,116 @@ def test_infinite_round_facts_are_refused_by_every_over_the_air_accountant():
                             (dict(alignment_gain=1e-160), "N0 / c_t^2 overflows")):
             with pytest.raises(OtaflInputError, match=needle.replace("^", r"\^")):
                 ACCOUNTANTS[name].bound(**{**good, **bad})
+
+
+# --------------------------------------------------------------------------- issue 21: outputs and stores
+
+
+def _otafl(args, cwd, *, fsize: int | None = None, timeout: float = 120):
+    """``python -m otafl ARGS`` in a subprocess (optionally under ``ulimit -f``: a full disk)."""
+    import resource
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]),
+           "MPLBACKEND": "Agg"}
+    env.pop("OTAFL_MEMORY_LIMIT_GB", None)
+
+    def limit():
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    return subprocess.run([sys.executable, "-m", "otafl", *args], cwd=cwd, env=env, preexec_fn=limit,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error_line(proc, code=2, needle=""):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+SWEEP8 = SPEC.replace("rounds = 2", "rounds = 3") + """
+[sweep]
+seeds = [0, 1, 2, 3]
+[sweep.axes]
+"sampling.p" = [0.5, 0.9]
+"""
+
+
+def test_a_results_file_deleted_during_a_sweep_stops_it_and_is_written_back(tmp_path, monkeypatch):
+    import otafl.sweep.executor as executor
+
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    db = tmp_path / "r.sqlite"
+    real, calls = executor.run_point, []
+
+    def run_and_delete(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            for f in tmp_path.glob("r.sqlite*"):
+                f.unlink()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(executor, "run_point", run_and_delete)
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 2 and "runs done" not in res.stdout, res.output
+    assert res.stderr.strip().startswith("error: ") and "was deleted during the sweep" in res.stderr
+    assert "3 finished run(s) were written back" in res.stderr  # the third finished into the deleted file
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0",
+                                   "--quiet", "--resume"])
+    assert res.exit_code == 0 and "3 skipped" in res.stdout, res.output
+
+
+def test_a_full_disk_during_a_sweep_is_one_line_exit_2_and_keeps_the_finished_runs(tmp_path):
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    proc = _otafl(["sweep", "s.toml", "--out", "r.sqlite", "--workers", "0", "--quiet"], tmp_path, fsize=120_000)
+    _one_error_line(proc, 2, "cannot be written")
+    assert "finished run(s) kept" in proc.stderr
+    assert not (tmp_path / "r.sqlite").exists() or (tmp_path / "r.sqlite").stat().st_size > 0
+
+
+def test_a_sweep_refused_by_a_full_disk_leaves_no_results_file(tmp_path):
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    proc = _otafl(["sweep", "s.toml", "--out", "r.sqlite", "--workers", "0", "--quiet"], tmp_path, fsize=4096)
+    _one_error_line(proc, 2, "r.sqlite")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_a_scaling_figure_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path):
+    proc = _otafl(["scaling", "--points", "3", "--exact-points", "2", "--out", str(tmp_path / "k.png")],
+                  tmp_path, fsize=2048)
+    _one_error_line(proc, 2, "k.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_point_whose_digital_bits_cannot_hold_the_sum_is_refused_before_the_store_exists(tmp_path,
+                                                                                                 monkeypatch):
+    spec = SPEC.replace('accountants = ["paper"]', 'accountants = ["digital"]') + (
+        '[digital]\nmechanism = "ddg"\n[sweep]\n[sweep.axes]\n"digital.bits" = [16, 3]\n'
+        '"train.aggregation" = ["digital"]\n')
+    (tmp_path / "s.toml").write_text(spec)
+    monkeypatch.chdir(tmp_path)
+    _assert_refused(tmp_path, monkeypatch, ["sweep", "s.toml", "--out", "r.sqlite"], "digital.bits = 3")
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+def test_a_sweep_on_cuda_without_cuda_is_refused_before_the_store_exists(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    _assert_refused(tmp_path, monkeypatch, ["sweep", "s.toml", "--out", "r.sqlite", "--device", "cuda"], "cuda")
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "not a host"])
+def test_a_ray_sweep_with_a_bad_address_leaves_no_store(tmp_path, monkeypatch, address):
+    pytest.importorskip("ray")
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    _assert_refused(tmp_path, monkeypatch, ["sweep", "s.toml", "--out", "r.sqlite", "--executor", "ray", "--quiet",
+                                            "--address", address], "Ray")
+    assert not (tmp_path / "r.sqlite").exists()
