@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from otafl.errors import OtaflInputError, check_range, check_scale
+import functools
+
+from otafl.errors import OtaflInputError, check_scale
+from otafl.errors import check_range as _check_range
+
+#: Every numeric spec key must be finite: an infinite rate, clip, noise or count makes no sense
+#: (an inf learning rate diverges, an inf noise or clip breaks the accounting).
+check_range = functools.partial(_check_range, finite=True)
 
 if TYPE_CHECKING:
     from otafl.config import Spec
@@ -58,13 +65,14 @@ def _validate_local_steps(spec: Spec, algorithms) -> None:
     """The local-steps keys (docs/model.md#local-steps); fedsgd takes one step and ignores the rest."""
     tr, tx = spec.train, spec.transmit
     _names("train.algorithm", tr.algorithm, algorithms)
-    check_range("train.local_steps", tr.local_steps, 1, None)
+    from otafl.privacy.accountants.steps import check_step_knobs
+
+    check_step_knobs(tr.local_steps, tx.step_noise, prefix="spec")
     check_range("train.local_lr", tr.local_lr, 0, None, lo_open=True)
     if tr.server_lr is not None:
         check_range("train.server_lr", tr.server_lr, 0, None, lo_open=True)
     check_range("train.record_sampling", tr.record_sampling, 0, 1, lo_open=True)
     check_range("transmit.record_clip", tx.record_clip, 0, None, lo_open=True)
-    check_range("transmit.step_noise", tx.step_noise, 0, None)
     if tr.algorithm == "fedsgd":
         if tr.local_steps != 1:
             raise OtaflInputError(f"train.local_steps = {tr.local_steps} needs train.algorithm = 'fedavg' or "

@@ -220,10 +220,10 @@ def test_bound_command_reproduces_the_seed_row_and_prints_the_tighter_values():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--local-steps", "0"], "local_steps = 0 is outside the allowed range (integers >= 1)"),
+    (["--local-steps", "0"], "local_steps = 0 is outside the allowed range [1, 100000] (integers)"),
     (["--record-sampling", "0"], "record_sampling = 0.0 is outside the allowed range (0, 1]"),
     (["--record-sampling", "1.2"], "record_sampling = 1.2 is outside the allowed range (0, 1]"),
-    (["--step-noise", "-0.1"], "step_noise = -0.1 is outside the allowed range [0, inf)"),
+    (["--step-noise", "-0.1"], "step_noise = -0.1 is outside the allowed range 0 or [0.001, 1e+30]"),
 ])
 def test_bound_bad_steps_options_are_one_line_and_exit_2(args, message):
     res = CliRunner().invoke(cli, ["bound", "--accountant", "steps", "--step-noise", "1", *args])

@@ -266,6 +266,11 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     """
     device = torch.device(device)
     accountants = check_accountants(accountants)
+    from otafl.limits import memory_limit_bytes
+    from otafl.privacy.analysis.pld import set_memory_budget, take_notes
+
+    take_notes()  # forget notes of earlier calls in this process
+    set_memory_budget(memory_limit_bytes())  # caps the steps accountant's PLDs
     for value in p:
         check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
     for value in sigma2:
@@ -401,4 +406,9 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         "reasons": {str(k): v for k, v in REASONS.items()},
         "non_finite": f"{JSON_NON_FINITE} (see defined/reason)",
     }
+    from otafl.privacy.analysis.pld import take_notes
+
+    notes = take_notes()  # e.g. a steps composition too large for a PLD, composed with rdp
+    if notes:
+        meta["notes"] = notes
     return {"rows": rows, "meta": meta}

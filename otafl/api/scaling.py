@@ -82,10 +82,14 @@ def _fit(users: Sequence[int], eps: Sequence[float]) -> dict:
             "k_mid": mid}
 
 
+MAX_USERS = 1e12
+"""Largest number of users K of a scaling grid (K is an integer; inf is refused)."""
+
+
 def log_users(k_min: float, k_max: float, points: int) -> list[int]:
     """``points`` log-spaced K values from ``k_min`` to ``k_max``, rounded, repeats dropped."""
-    check_range("k_min", k_min, lo=1)
-    check_range("k_max", k_max, lo=k_min, lo_open=True)
+    check_range("k_min", k_min, lo=1, hi=MAX_USERS, finite=True)
+    check_range("k_max", k_max, lo=k_min, hi=MAX_USERS, lo_open=True, finite=True)
     check_range("points", points, lo=2)
     return [int(k) for k in np.unique(np.round(np.logspace(math.log10(k_min), math.log10(k_max), points)))]
 

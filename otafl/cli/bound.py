@@ -82,3 +82,5 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
             local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
             composition=composition, user_sampling=user_sampling, progress=progress)
     echo_result(result, fmt, bound_text)
+    for note in result["meta"].get("notes", []):
+        click.echo(f"note: {note}", err=True)

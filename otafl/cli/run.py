@@ -59,3 +59,8 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
         for bar in bars:
             bar.close()
     click.echo(run_text(result.summary, cfg.privacy.accountants, out_dir), nl=False)
+    at = result.summary.get("diverged_at_round")
+    if at is not None:
+        click.echo(f"error: training diverged at round {at} of {cfg.train.rounds} (the loss or the model became "
+                   f"NaN/inf; lower train.lr or check the noise); stopped there, see {out_dir}/summary.json", err=True)
+        raise SystemExit(1)

@@ -94,6 +94,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     records: list[dict] = []
     facts: list[RoundFacts] = []
     test_acc = math.nan
+    diverged_at = None  # the first round whose loss or model is NaN/inf: training stops there
     warm = None
     if local is not None and local.warm_start:  # SCAFFOLD-warm: one extra transmission of every user's c_k
         everyone = torch.ones(K, dtype=torch.bool, device=dev)
@@ -173,6 +174,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             "mean_p": float(p.mean()),
             **agg.extras,
         }
+        if train and n_active and not (math.isfinite(train_loss) and _finite(params)):
+            diverged_at = t + 1
         records.append(rec)
         facts.append(RoundFacts(
             participation_prob=p_eff.to(torch.float64).cpu(),
@@ -184,6 +187,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             digital=digital.facts() if digital is not None else None))
         if on_round is not None:
             on_round(rec)
+        if diverged_at is not None:
+            break
 
     privacy, privacy_note = _account(spec, facts, digital, delta_target)
     offset = 0 if warm is None else 1  # the warm-start transmission comes first in the facts
@@ -191,7 +196,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         rec.update(privacy.round_fields(t + offset))
     summary = {
         "final_test_accuracy": test_acc,
-        "rounds": T,
+        "rounds": len(records),
+        **({"diverged_at_round": diverged_at, "rounds_planned": T} if diverged_at is not None else {}),
         "users": K,
         "dim": dim,
         "mean_participants": float(np.mean([r["participants"] for r in records])),
@@ -215,6 +221,11 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         "wall_seconds": time.perf_counter() - t0,
     }
     return RunResult(summary=summary, rounds=records, privacy=privacy, facts=facts)
+
+
+def _finite(params) -> bool:
+    """Whether every model parameter is finite (no NaN or inf)."""
+    return all(bool(torch.isfinite(p).all()) for p in params)
 
 
 def _digital_channel_only(h, active, digital):
@@ -243,10 +254,15 @@ def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float |
         others = []
     names = own + others  # the run-level composers first, as before
     dg = spec.digital
+    from otafl.limits import memory_limit_bytes
+    from otafl.privacy.analysis.pld import set_memory_budget, take_notes
+
+    take_notes()
+    set_memory_budget(memory_limit_bytes())  # caps the steps accountant's PLDs
     result = account_run(facts, accountants=names, delta_l=spec.privacy.delta_l,
                          delta_prime=spec.privacy.delta_prime, delta_target=delta_target,
                          digital_delta_total=None if dg.delta_total == "auto" else float(dg.delta_total))
-    return result, note
+    return result, "; ".join([note, *take_notes()] if note else take_notes())
 
 
 def _cost_summary(records: list[dict], digital) -> dict:

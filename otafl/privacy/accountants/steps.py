@@ -85,16 +85,34 @@ def _grid_down(z: float, floor: float) -> float:
     return max(floor, math.exp(math.floor(math.log(z) / step + 1e-9) * step))
 
 
+MAX_LOCAL_STEPS = 100_000
+"""Most local steps per round accepted (``train.local_steps``, ``bound --local-steps``)."""
+
+MIN_STEP_NOISE = 1e-3
+"""Smallest non-zero step noise multiplier accepted: below it a record's loss range spans
+millions of units (no privacy to account; 0 means no noise, eps = inf)."""
+
+
+def check_step_knobs(local_steps, step_noise, *, prefix: str = "") -> None:
+    """Refuse local steps outside [1, MAX_LOCAL_STEPS] and a step noise outside 0 or
+    [MIN_STEP_NOISE, 1e30] (``prefix``: ``train.`` / ``transmit.`` for spec keys)."""
+    if isinstance(local_steps, bool) or int(local_steps) != local_steps or not 1 <= local_steps <= MAX_LOCAL_STEPS:
+        raise OtaflInputError(f"{prefix and 'train.'}local_steps = {local_steps!r} is outside the allowed range "
+                              f"[1, {MAX_LOCAL_STEPS}] (integers)")
+    if step_noise is not None:
+        z = float(step_noise)
+        if not (z == 0.0 or MIN_STEP_NOISE <= z <= 1e30):
+            raise OtaflInputError(f"{prefix and 'transmit.'}step_noise = {step_noise!r} is outside the allowed range "
+                                  f"0 or [{MIN_STEP_NOISE:g}, 1e+30]")
+
+
 def _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, update_clip_failure,
                  credit="last-step", co_user_noise=1.0, transmit_to_record=0.0):
-    if isinstance(local_steps, bool) or int(local_steps) != local_steps or local_steps < 1:
-        raise OtaflInputError(f"local_steps = {local_steps!r} is outside the allowed range (integers >= 1)")
+    check_step_knobs(local_steps, step_noise)
     check_range("record_sampling", record_sampling, lo=0.0, hi=1.0, lo_open=True)
     if step_noise is None:
         if local_steps != 1 or record_sampling != 1.0:
             raise OtaflInputError("local_steps and record_sampling need step_noise (the per-step noise multiplier)")
-    else:
-        check_range("step_noise", step_noise, lo=0.0)
     check_composition(composition)
     if user_sampling not in USER_SAMPLING:
         raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
