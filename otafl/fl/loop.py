@@ -172,18 +172,12 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             **agg.extras,
         }
         records.append(rec)
-        facts.append(RoundFacts(
-            participation_prob=p_eff.to(torch.float64).cpu(),
-            noise_var=setup.noise_var.to(torch.float64).cpu() if tr.aggregation == "ota"
-            else torch.full((K,), digital.noise_var if digital is not None else 0.0, dtype=torch.float64),
-            alignment_gain=agg.alignment_gain if tr.aggregation == "ota" else math.inf,
-            n0=ch.n0 if tr.aggregation == "ota" else 0.0,
-            sensitivity=sensitivity, dim=dim, participants=n_tx, **step_facts,
-            digital=digital.facts() if digital is not None else None))
+        facts.append(round_facts(spec, agg, p_eff, setup, digital, sensitivity=sensitivity, dim=dim,
+                                 step_facts=step_facts))
         if on_round is not None:
             on_round(rec)
 
-    privacy, privacy_note = _account(spec, facts, digital, delta_target)
+    privacy, privacy_note = account_facts(spec, facts, digital, delta_target)
     offset = 0 if warm is None else 1  # the warm-start transmission comes first in the facts
     for t, rec in enumerate(records):
         rec.update(privacy.round_fields(t + offset))
@@ -226,10 +220,25 @@ def _digital_channel_only(h, active, digital):
     return Aggregate(h.new_zeros(0), transmitting, eligible, math.nan, math.nan, 1.0, extras=extras)
 
 
-def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float | None
-             ) -> tuple[PrivacyResult, str]:
-    """The run's privacy, per accountant of the spec, by :func:`account_run` (``steps`` and
-    ``digital`` first; ``digital`` always for a digital round). The over-the-air accountants
+def round_facts(spec: Spec, agg, p_eff: Tensor, setup, digital, *, sensitivity: float, dim: int,
+                step_facts: dict) -> RoundFacts:
+    """What a round (its :class:`~otafl.fl.round.Aggregate` ``agg``, effective participation
+    probabilities ``p_eff`` [K]) reveals to the accountants (``otafl audit-run`` builds the same)."""
+    tr, K = spec.train, spec.data.users
+    return RoundFacts(
+        participation_prob=p_eff.to(torch.float64).cpu(),
+        noise_var=setup.noise_var.to(torch.float64).cpu() if tr.aggregation == "ota"
+        else torch.full((K,), digital.noise_var if digital is not None else 0.0, dtype=torch.float64),
+        alignment_gain=agg.alignment_gain if tr.aggregation == "ota" else math.inf,
+        n0=spec.channel.n0 if tr.aggregation == "ota" else 0.0,
+        sensitivity=sensitivity, dim=dim, participants=agg.participants, **step_facts,
+        digital=digital.facts() if digital is not None else None)
+
+
+def account_facts(spec: Spec, facts: list[RoundFacts], digital, delta_target: float | None = None,
+                  extra: tuple[str, ...] = ()) -> tuple[PrivacyResult, str]:
+    """The run's privacy, per accountant of the spec (and of ``extra``), by :func:`account_run`
+    (``steps`` and ``digital`` first; ``digital`` always for a digital round). The over-the-air accountants
     model Gaussian noise, so for ``skellam``, ``ddg`` and ``pbm`` shares they are skipped,
     with a note."""
     listed = list(spec.privacy.accountants)
@@ -239,7 +248,7 @@ def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float |
     if digital is not None and digital.mechanism != "gaussian" and others:
         note = f"{', '.join(others)} not run: they model Gaussian noise, not the {digital.mechanism} mechanism"
         others = []
-    names = own + others  # the run-level composers first, as before
+    names = own + others + [a for a in extra if a not in own + others]  # the run-level composers first
     dg = spec.digital
     result = account_run(facts, accountants=names, delta_l=spec.privacy.delta_l,
                          delta_prime=spec.privacy.delta_prime, delta_target=delta_target,
