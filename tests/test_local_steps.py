@@ -302,3 +302,29 @@ def test_a_local_steps_sweep_plots_accuracy_against_the_total_central_epsilon(tm
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     res = CliRunner().invoke(cli, ["plot", str(db), "--kind", "tradeoff", "--epsilon", "sum", "--out", str(out)])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+
+
+def test_fedavg_rounds_credit_the_co_users_last_step_and_transmit_noise_and_scaffold_no_co_user_noise():
+    """docs/privacy.md#steps: FedAvg's co-users start every round from the public model, so their
+    last-step noise is fresh (share D_min / D_max); SCAFFOLD's c_k carry it on (no share); the
+    artificial and channel noise reach the release over the air (factor (B / L) q D_min / (eta_l C))."""
+    from otafl.fl.loop import run_experiment as run
+
+    sets = QUICK + ["train.local_steps=3", "train.rounds=2", "privacy.accountants=['steps', 'steps-sumdom']"]
+    fedavg = run(load_spec("experiments/quickstart.toml", sets + ["train.algorithm='fedavg'"]), train=False)
+    scaffold = run(load_spec("experiments/quickstart.toml", sets + ["train.algorithm='scaffold'"]), train=False)
+    f = fedavg.facts[-1]
+    assert 0 < f.co_user_noise <= 1 and f.transmit_to_record > 0
+    assert scaffold.facts[-1].co_user_noise == 0.0 and scaffold.facts[-1].transmit_to_record > 0
+    for r in (fedavg, scaffold):
+        s = r.summary
+        assert s["steps_classic_valid"] is True and s["steps-sumdom_classic_valid"] is False
+        assert s["steps_epsilon_central_total"] >= s["steps-sumdom_epsilon_central_total"]
+    # the transmit noise (in record units (B / L) q D_min / (eta_l C) times larger) drowns the last step
+    assert fedavg.summary["steps_epsilon_central"] < fedavg.summary["steps_epsilon_local_max"]
+    ideal = {a: run(load_spec("experiments/quickstart.toml", sets + [f"train.algorithm='{a}'",
+                                                                     "train.aggregation='ideal'"]), train=False)
+             for a in ("fedavg", "scaffold")}
+    assert ideal["fedavg"].facts[-1].transmit_to_record == 0.0  # no artificial or channel noise reaches that release
+    assert (ideal["scaffold"].summary["steps_epsilon_central_total"]
+            > ideal["fedavg"].summary["steps_epsilon_central_total"])

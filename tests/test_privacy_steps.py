@@ -1,4 +1,5 @@
-"""The ``steps`` accountant: sum-dominated local DP-SGD steps (docs/privacy.md#steps)."""
+"""The ``steps`` accountants: local DP-SGD steps, the sound last-step credit and the source's
+sum-domination (``steps-sumdom``) (docs/privacy.md#steps)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from otafl.cli.main import cli
 from otafl.errors import OtaflInputError
-from otafl.privacy.accountants.steps import steps_round, steps_totals
+from otafl.privacy.accountants.steps import steps_round, steps_sumdom_round, steps_totals
 from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.analysis.steps import (
     COMPOSITIONS,
@@ -48,9 +49,9 @@ def test_the_seed_table_is_rdp_with_the_classic_conversion_to_two_decimals():
     (5, 1e-5) to the table's one decimal; the sigma-total column is sigma sqrt(N) up to the rounding of sigma."""
     for steps, sigma, rows in SEED_TABLE:
         for parties, (sigma_total, eps) in rows.items():
-            b = steps_round(participation_prob=1.0, users=parties, noise_var=0.0, sensitivity=1.0, alignment_gain=1.0,
-                            n0=0.0, delta_l=1e-5, local_steps=steps, record_sampling=0.1, step_noise=sigma,
-                            composition="rdp-classic")
+            b = steps_sumdom_round(participation_prob=1.0, users=parties, noise_var=0.0, sensitivity=1.0,
+                                   alignment_gain=1.0, n0=0.0, delta_l=1e-5, local_steps=steps, record_sampling=0.1,
+                                   step_noise=sigma, composition="rdp-classic")
             digits = 1 if parties == 1 else 2
             assert round(float(b.epsilon_central), digits) == eps, (steps, parties, float(b.epsilon_central))
             assert float(b.quantile) == parties and float(b.delta_central) == 1e-5  # p = 1: the count is certain
@@ -84,11 +85,11 @@ def test_one_party_is_the_single_party_dp_sgd_accountant_of_dp_accounting():
 
 
 @pytest.mark.parametrize("composition", COMPOSITIONS)
-def test_n_parties_of_sigma_are_one_party_of_sigma_sqrt_n(composition):
+def test_sum_domination_reads_n_parties_of_sigma_as_one_party_of_sigma_sqrt_n(composition):
     kw = dict(participation_prob=1.0, noise_var=0.0, sensitivity=1.0, alignment_gain=1.0, n0=0.0, delta_l=1e-6,
               local_steps=3, record_sampling=0.3, composition=composition)
     for n in (2, 7):
-        many = steps_round(users=n, step_noise=0.8, **kw)
+        many = steps_sumdom_round(users=n, step_noise=0.8, **kw)
         one = steps_round(users=1, step_noise=0.8 * math.sqrt(n), **kw)
         assert float(many.epsilon_central) == pytest.approx(float(one.epsilon_central), rel=1e-12)
         # the local guarantee is that of the user's own noise
@@ -96,7 +97,7 @@ def test_n_parties_of_sigma_are_one_party_of_sigma_sqrt_n(composition):
                                                                .epsilon_local), rel=1e-12)
     # totals over rounds too
     a = steps_totals(participation_prob=1.0, users=4, noise_var=0.0, sensitivity=1.0, delta_l=1e-6, rounds=5,
-                     local_steps=3, record_sampling=0.3, step_noise=0.8, composition=composition)
+                     local_steps=3, record_sampling=0.3, step_noise=0.8, composition=composition, credit="sum")
     b = steps_totals(participation_prob=1.0, users=1, noise_var=0.0, sensitivity=1.0, delta_l=1e-6, rounds=5,
                      local_steps=3, record_sampling=0.3, step_noise=1.6, composition=composition)
     assert float(a["epsilon_central_total"]) == pytest.approx(float(b["epsilon_central_total"]), rel=1e-12)

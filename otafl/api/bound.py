@@ -52,6 +52,7 @@ from otafl.privacy.accountants import (
     get_accountant,
     reason_text,
 )
+from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
 from otafl.privacy.accountants.steps import steps_totals
 from otafl.privacy.analysis.composition import COMPOSITIONS as RULES
 from otafl.privacy.analysis.steps import COMPOSITIONS
@@ -72,7 +73,7 @@ CHUNK_ELEMENTS = 1 << 14
 PLD_ACCOUNTANTS = ("paper", "tight")
 """Accountants whose totals :func:`compose_round_bounds` may take by PLD (as ``account_run`` does)."""
 
-SLOW_PIECE = {"exact": 16, "steps": 16}
+SLOW_PIECE = {"exact": 16, "steps": 16, "steps-sumdom": 16}
 """(grid point, round) pairs per call of the slow accountants (progress between calls)."""
 
 ROW_BYTES = 1024
@@ -154,7 +155,7 @@ def _rows(name: str, points: list[tuple], bound: RoundBound, totals: dict | None
     if totals is not None:
         flat.update({k: torch.broadcast_to(v, (len(points),)).tolist() for k, v in totals.items()})
     gains, chans = c_mean.tolist(), chan_mean.tolist()
-    steps = name == "steps"
+    steps = name in STEPS_ACCOUNTANTS
     rows = []
     for i, (u, pv, sv, lv, snr) in enumerate(points):
         row = {"users": int(u), "p": pv, "sigma2": sv, "clip": lv, "snr_db": None if channel else snr,
@@ -282,9 +283,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     if composition not in COMPOSITIONS:
         raise OtaflInputError(f"composition = {composition!r} is outside the allowed range "
                               f"{{{', '.join(COMPOSITIONS)}}}")
-    if composition == "rdp-classic" and rounds is not None and any(a != "steps" for a in accountants):
-        raise OtaflInputError("composition = 'rdp-classic' is for the steps accountant only; "
-                              f"{', '.join(a for a in accountants if a != 'steps')} compose with pld or rdp")
+    if composition == "rdp-classic" and rounds is not None and any(a not in STEPS_ACCOUNTANTS for a in accountants):
+        raise OtaflInputError("composition = 'rdp-classic' is for the steps accountant only (steps, steps-sumdom); "
+                              f"{', '.join(a for a in accountants if a not in STEPS_ACCOUNTANTS)} compose with pld "
+                              "or rdp")
     accs = [get_accountant(a) for a in accountants]
     f64 = dict(dtype=torch.float64, device=device)
     steps_kwargs = dict(local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
@@ -353,13 +355,13 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 chan_mean = torch.zeros_like(norm) if n0 == 0.0 else n0 * (L * L + dim * s2) * inv_floor2
             per_round, held = _evaluate(acc, tally, piece, K=K, pp=pp, s2=s2, L=L, c=c_eval, n0=n0,
                                         delta_l=delta_l, delta_prime=delta_prime, dim=int(dim),
-                                        **(steps_kwargs if acc.name == "steps" else {}))
+                                        **(steps_kwargs if acc.name in STEPS_ACCOUNTANTS else {}))
             bound = _worst_round(per_round)
             totals = None
-            if rounds is not None and acc.name == "steps":  # the rounds' mechanisms composed (channel-free)
+            if rounds is not None and acc.name in STEPS_ACCOUNTANTS:  # the rounds' mechanisms composed (channel-free)
                 totals = steps_totals(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L,
                                       delta_l=delta_l, rounds=rounds, delta_prime=delta_prime,
-                                      delta_target=delta_target, **steps_kwargs)
+                                      delta_target=delta_target, credit=STEPS_ACCOUNTANTS[acc.name], **steps_kwargs)
             elif rounds is not None and acc.name == "exact" and composition == "pld":  # as account_run
                 totals = _exact_totals(K=K, pp=pp, s2=s2, L=L, c=c_eval, n0=n0, dim=int(dim), rounds=rounds,
                                        delta_l=delta_l, delta_target=delta_target)
@@ -389,7 +391,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                      "h = 1: c = sqrt(P / (L^2 + d sigma^2)), P = 10^(snr_db/10) d N0 (N0 = 1 reference if N0 = 0)",
         "channel": info, "seed": seed if info is not None else None, "device": str(device),
         **({"steps": {**steps_kwargs, "sensitivity": "record_clip C (step_noise in units of C)" if step_noise
-                      is not None else "2 * clip (FedSGD reading)"}} if "steps" in [a.name for a in accs] else {}),
+                      is not None else "2 * clip (FedSGD reading)"}}
+           if any(a.name in STEPS_ACCOUNTANTS for a in accs) else {}),
         "reasons": {str(k): v for k, v in REASONS.items()},
         "non_finite": f"{JSON_NON_FINITE} (see defined/reason)",
     }

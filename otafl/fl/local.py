@@ -354,6 +354,23 @@ class LocalSteps:
             rho = min(1.0, (mu if unknown else participants) / users)
             self.c += rho * (-update / (self.lr * self.S) - self.c)
 
+    def step_facts(self, *, credit_transmit_noise: bool, warm: bool = False) -> dict:
+        """What the ``steps`` accountant reads of a round (:class:`~otafl.privacy.facts.RoundFacts`
+        fields, docs/privacy.md#steps): S, q, sigma, C, the update-clip failure, the share r of
+        another participant's last-step noise that nothing carries on (FedAvg: D_min / D_max,
+        the step normalisers q D_k differ between users; SCAFFOLD: 0, its c_k keep every
+        step's noise) and, where the artificial and channel noise reach the release
+        (``credit_transmit_noise``), the factor (B / L) q D_min / (eta_l C) that turns their
+        transmit-unit std into the record's noise multiplier. ``warm``: SCAFFOLD's warm-start
+        transmission (one full-batch step, eta_l = q = 1, bound B_w)."""
+        d_min, d_max = float(self.counts.min()), float(self.counts.max())
+        lr, q, bound, steps = (1.0, 1.0, self.warm_bound, 1) if warm else (self.lr, self.q, self.bound, self.S)
+        to_record = (bound / self.L) * q * d_min / (lr * self.C) if credit_transmit_noise else 0.0
+        return dict(local_steps=steps, record_sampling=q, step_noise=self.sigma, record_clip=self.C,
+                    update_clip_failure=self.update_clip_failure,
+                    co_user_noise=0.0 if self.algorithm.control_variates else d_min / d_max,
+                    transmit_to_record=to_record)
+
     def warm_start_gradients(self) -> tuple[StackedGradients, Tensor]:
         """SCAFFOLD-warm: every user's c_k = (sum over all its records of clipped gradients + noise) / D_k
         at the initial model (one DP step, q = 1); returns their transmit vectors (L / B_w) c_k

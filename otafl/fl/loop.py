@@ -28,18 +28,21 @@ from otafl.fl.sketch import InputSketch
 from otafl.fl.local import build_local_steps
 from otafl.fl.round import AGGREGATORS, channel_only
 from otafl.privacy.accountants import PrivacyResult, account_run
+from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
 from otafl.privacy.facts import RoundFacts
 from otafl.sampling import draw_participants
 from otafl.setup import build_run
 
 @dataclass
 class RunResult:
-    """A run: its JSON-able summary, one record per round, and the typed privacy result
-    (per accountant: per-round and composed local/central epsilons, flags)."""
+    """A run: its JSON-able summary, one record per round, the typed privacy result
+    (per accountant: per-round and composed local/central epsilons, flags) and the facts
+    every round revealed to the accountants (the warm-start transmission first, if any)."""
 
     summary: dict
     rounds: list[dict] = field(default_factory=list)
     privacy: PrivacyResult | None = None
+    facts: list[RoundFacts] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -85,9 +88,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     flat_grad = bind_flat_grad(params)
     sensitivity = 2.0 * tx.clip  # minibatch clipping: one record moves g_k anywhere in the L-ball
     local = build_local_steps(spec, run, x_train, y_train)  # None for fedsgd
-    step_facts = {} if local is None else dict(  # what the `steps` accountant reads (docs/privacy.md#steps)
-        local_steps=local.S, record_sampling=local.q, step_noise=local.sigma, record_clip=local.C,
-        update_clip_failure=local.update_clip_failure)
+    ota = tr.aggregation == "ota"  # only there do artificial and channel noise reach the release
+    step_facts = {} if local is None else local.step_facts(credit_transmit_noise=ota)  # docs/privacy.md#steps
 
     records: list[dict] = []
     facts: list[RoundFacts] = []
@@ -109,7 +111,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             else torch.zeros(K, dtype=torch.float64),
             alignment_gain=warm.alignment_gain if tr.aggregation == "ota" else math.inf,
             n0=ch.n0 if tr.aggregation == "ota" else 0.0, sensitivity=sensitivity, dim=dim,
-            participants=warm.participants, **{**step_facts, "local_steps": 1, "record_sampling": 1.0}))
+            participants=warm.participants, **local.step_facts(credit_transmit_noise=ota, warm=True)))
     for t in range(T):
         h, p = h_all[t], p_all[t]
         active = draw_participants(p.cpu(), gens["coins"]).to(dev)
@@ -206,7 +208,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         **privacy.summary_fields(),
         "wall_seconds": time.perf_counter() - t0,
     }
-    return RunResult(summary=summary, rounds=records, privacy=privacy)
+    return RunResult(summary=summary, rounds=records, privacy=privacy, facts=facts)
 
 
 def _digital_channel_only(h, active, digital):
@@ -242,7 +244,7 @@ def account_facts(spec: Spec, facts: list[RoundFacts], digital, delta_target: fl
     model Gaussian noise, so for ``skellam``, ``ddg`` and ``pbm`` shares they are skipped,
     with a note."""
     listed = list(spec.privacy.accountants)
-    own = [a for a in ("steps", "digital") if a in listed or (a == "digital" and digital is not None)]
+    own = [a for a in (*STEPS_ACCOUNTANTS, "digital") if a in listed or (a == "digital" and digital is not None)]
     others = [a for a in listed if a not in own]
     note = ""
     if digital is not None and digital.mechanism != "gaussian" and others:

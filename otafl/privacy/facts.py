@@ -67,6 +67,12 @@ class RoundFacts:
                                          (their add/remove sensitivity); None: FedSGD.
     update_clip_failure : float       -- probability that some transmitter's update was
                                          clipped at the power normalisation (added to delta).
+    co_user_noise : float             -- r in [0, 1]: the share (std) of another participant's
+                                         last-step noise that no state carries on, in the
+                                         target's units (FedAvg: D_min / D_max; SCAFFOLD: 0).
+    transmit_to_record : float        -- turns a transmit-unit noise std into the record's
+                                         noise multiplier, (B / L) q D_min / (eta_l C); 0: the
+                                         artificial and channel noise are not credited.
     digital : DigitalMechanism | None -- the digital mechanism of a ``digital`` round (the
                                          ``digital`` accountant reads it; None otherwise).
     """
@@ -83,6 +89,8 @@ class RoundFacts:
     step_noise: float | None = None
     record_clip: float | None = None
     update_clip_failure: float = 0.0
+    co_user_noise: float = 1.0
+    transmit_to_record: float = 0.0
     digital: DigitalMechanism | None = None
 
 

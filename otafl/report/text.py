@@ -69,6 +69,10 @@ def csv_text(rows: list[dict]) -> str:
 
 # --------------------------------------------------------------------------- command layouts
 
+_SUMDOM = ("! steps-sumdom is the source's sum-domination, NOT a guaranteed bound: with S > 1 local steps and "
+           "several participants another user's later steps can cancel its own earlier noise "
+           "(docs/privacy.md#steps); steps is the sound value")
+
 _PAPER_CLASSIC = ("! paper's classic Gaussian step is outside its validity range (eps_0 > 1): the classic "
                   "formula can understate the leakage there; compare with tight")
 _PAPER_LOCAL = ("? paper's local epsilon is not a guaranteed bound: it is amplified by sampling with p < 1 "
@@ -98,6 +102,9 @@ def bound_text(result: dict) -> str:
             mark = mark_l = ""
             if name == "paper" and row["defined"] and not row["classic_valid"]:
                 mark = "!"
+            if name == "steps-sumdom" and row["defined"]:
+                mark = "!"
+                notes.add("sumdom")
             if name == "paper" and row["epsilon_local"] > 0 and not row["classic_valid_local"]:
                 mark_l = "?"
             notes |= {mark, mark_l} - {""}
@@ -107,8 +114,11 @@ def bound_text(result: dict) -> str:
             if with_totals:
                 line.append(row["epsilon_central_total"])
         lines.append(line)
-    legend = ([_PAPER_CLASSIC] if "!" in notes else []) + ([_PAPER_LOCAL] if "?" in notes else [])
-    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?"))]
+    paper_marked = any(by_acc.get("paper", {}).get("defined") and not by_acc["paper"]["classic_valid"]
+                       for by_acc in grid.values())
+    legend = ([_PAPER_CLASSIC] if paper_marked else []) + ([_PAPER_LOCAL] if "?" in notes else [])
+    legend += [_SUMDOM] if "sumdom" in notes else []
+    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "sumdom"))]
     return render_table(header, lines) + "".join(f"{line}\n" for line in legend)
 
 
@@ -184,12 +194,14 @@ def run_text(summary: dict, accountants, out_dir) -> str:
     if s.get("channel_uses_per_round") == s.get("channel_uses_per_round") is not None:  # reported, not NaN
         lines.append(f"  uplink: {s['channel_uses_per_round']:.4g} channel uses and {s['energy_per_round']:.4g} "
                      f"energy per round, {s['outages_per_round']:.3g} outages per round")
-    for name in list(accountants) + [a for a in ("steps", "digital") if a not in accountants]:
+    for name in list(accountants) + [a for a in ("steps", "steps-sumdom", "digital") if a not in accountants]:
         if f"{name}_epsilon_central" in s:
             lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
                          f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
                          f"eps_central {s[f'{name}_epsilon_central_total']:.4g} ({s.get(f'{name}_composition', '')})"
                          + ("" if s.get(f"{name}_classic_valid", True) else
+                            "  [flagged: sum-domination over local steps; not a guaranteed bound]"
+                            if name == "steps-sumdom" else
                             "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
                             "not a guaranteed bound]"))
     if s.get("privacy_note"):

@@ -27,7 +27,7 @@ from otafl.privacy.accountants.exact_run import (
     row_epsilons,
     run_row_keys,
 )
-from otafl.privacy.accountants.registry import get_accountant
+from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS, get_accountant
 from otafl.privacy.accountants.result import AccountantResult, PrivacyResult
 from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
@@ -162,8 +162,9 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     results: dict[str, AccountantResult] = {}
     for name in accountants:
         acc = get_accountant(name)
-        if name == "steps":
-            results[name] = account_steps(facts, delta_l=delta_l, delta_prime=delta_prime, delta_target=delta_target)
+        if name in STEPS_ACCOUNTANTS:
+            results[name] = account_steps(facts, delta_l=delta_l, delta_prime=delta_prime, delta_target=delta_target,
+                                          credit=STEPS_ACCOUNTANTS[name])
             continue
         if name == "digital":
             results[name] = account_digital_run(facts, delta_l=delta_l, delta_total=digital_delta_total)

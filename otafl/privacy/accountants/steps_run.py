@@ -24,8 +24,12 @@ __all__ = ["account_steps"]
 
 
 def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="auto", composition: str = "pld",
-                  user_sampling: str = "revealed", delta_target: float | None = None) -> AccountantResult:
+                  user_sampling: str = "revealed", delta_target: float | None = None,
+                  credit: str = "last-step") -> AccountantResult:
     """The ``steps`` accountant over a run, as an :class:`~otafl.privacy.accountants.run.AccountantResult`.
+
+    ``credit = "sum"`` gives ``steps-sumdom`` (the source's sum-domination, not a guaranteed
+    bound; flagged ``classic_valid`` false).
 
     Per round: :func:`steps_round` on the round's facts (their ``local_steps``,
     ``record_sampling``, ``step_noise``, ``update_clip_failure``). Totals: the rounds'
@@ -45,13 +49,14 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     charged = 0.0
     for f in facts:
         b = steps_round(**facts_kwargs(f, delta_l=delta_l, delta_prime=delta_prime), composition=composition,
-                        user_sampling=user_sampling)
+                        user_sampling=user_sampling, credit=credit)
         eps_c.append(float(b.epsilon_central))
         eps_l.append(float(b.epsilon_local))
         d_c.append(float(b.delta_central))
         d_l_round.append(float(b.delta_local))
         reason |= int(b.reason)
-        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l, user_sampling=user_sampling)
+        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l, user_sampling=user_sampling,
+                                        credit=credit)
         charged += tail + float(f.update_clip_failure)
         if rc is not None:
             central[rc] = central.get(rc, 0) + 1
@@ -67,13 +72,13 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     total_c = compose_epsilon(sorted(central.items()), delta=delta_dp, composition=composition)
     total_l = compose_epsilon(sorted(local.items()), delta=delta_l, composition=composition)
     return AccountantResult(
-        name="steps",
+        name="steps" if credit == "last-step" else "steps-sumdom",
         epsilon_local_max=max(eps_l), delta_local=max(d_l_round),
         epsilon_central=max(eps_c), delta_central=max(d_c),
         epsilon_local_total=total_l, delta_local_total=delta_l if local else 0.0,
         epsilon_central_total=total_c, delta_central_total=min(1.0, delta_dp + charged),
         composition_central=composition, composition_local=composition,
-        defined=reason == 0, reason=reason_text(reason), classic_valid=True,
+        defined=reason == 0, reason=reason_text(reason), classic_valid=credit == "last-step",
         epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l))
 
 

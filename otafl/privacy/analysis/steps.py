@@ -1,16 +1,18 @@
-r"""Record-level DP of S local DP-SGD steps per round, summed over the air (sum-domination).
+r"""Record-level DP of S local DP-SGD steps per round, released through the participants' sum.
 
 One round, seen by one record of user k (docs/privacy.md#steps): with probability p the
 user takes part and runs S steps of DP-SGD; at every step the record enters the user's
 minibatch with probability q (Poisson), its clipped gradient moves the step's sum by at
-most the sensitivity, and the step adds Gaussian noise. What leaves the round is the
-superposition of the participants' updates, so by sum-domination (Heikkilä et al.,
-Thm. 4.6) each step is accounted as one Poisson-subsampled Gaussian whose noise is the
-sum of the participants' step noises: noise multiplier z = sigma sqrt(m) for m
-participants of noise multiplier sigma each. One round is therefore the mechanism
+most the sensitivity, and the step adds Gaussian noise. The release is a post-processing
+of the user's own S steps (an adaptive composition) in which the last step also carries the
+noise that nobody uses again (the other participants' last-step noise under FedAvg, the
+artificial and channel noise): S - 1 steps of PoissonSampled(q, Gaussian(z)) and a last one
+of PoissonSampled(q, Gaussian(z_S)), z_S >= z (``StepRound.last_noise``; the accountant in
+:mod:`otafl.privacy.accountants.steps` chooses z_S; the source's sum-domination, kept as
+``steps-sumdom``, sets every step to z = sigma sqrt(m)). One round is therefore the mechanism
 
-    STEPS(p, q, z, S) = with probability p: S-fold composition of PoissonSampled(q, Gaussian(z)),
-                        otherwise: nothing,
+    STEPS(p, q, z, S, z_S) = with probability p: S - 1 steps of PoissonSampled(q, Gaussian(z))
+                             and one of PoissonSampled(q, Gaussian(z_S)), otherwise: nothing,
 
 under add/remove adjacency with unit sensitivity. Two readings of the user coin:
 
@@ -85,6 +87,10 @@ class StepRound:
         noise (eps = +inf), +inf: no leakage.
     steps : S >= 1 steps per round.
     user_sampling : ``revealed`` or ``hidden`` (module docstring).
+    last_noise : z_S >= noise_multiplier, the noise multiplier of the round's last step
+        (the first S - 1 steps have ``noise_multiplier``); ``None``: the same as the others.
+        With S = 1 the one step is the last: it is normalised to ``noise_multiplier`` =
+        z_S, ``last_noise`` = None (so equal mechanisms compare and hash equal).
     """
 
     user_rate: float
@@ -92,6 +98,7 @@ class StepRound:
     noise_multiplier: float
     steps: int = 1
     user_sampling: str = "revealed"
+    last_noise: float | None = None
 
     def __post_init__(self):
         check_range("user_rate", self.user_rate, lo=0.0, hi=1.0)
@@ -101,15 +108,26 @@ class StepRound:
             raise OtaflInputError(f"local_steps = {self.steps!r} is outside the allowed range (integers >= 1)")
         if self.user_sampling not in USER_SAMPLING:
             raise OtaflInputError(f"user_sampling = {self.user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
+        if self.last_noise is not None:
+            check_range("last_noise", self.last_noise, lo=self.noise_multiplier)
+            if self.steps == 1:
+                object.__setattr__(self, "noise_multiplier", float(self.last_noise))
+            if self.steps == 1 or self.last_noise == self.noise_multiplier:
+                object.__setattr__(self, "last_noise", None)
+
+    @property
+    def last(self) -> float:
+        """The last step's noise multiplier z_S."""
+        return self.noise_multiplier if self.last_noise is None else self.last_noise
 
     @property
     def silent(self) -> bool:
-        """No leakage at all: the user never takes part, or infinite noise."""
+        """No leakage at all: the user never takes part, or infinite noise in every step."""
         return self.user_rate == 0.0 or math.isinf(self.noise_multiplier)
 
     @property
     def open(self) -> bool:
-        """Infinite leakage: the user may take part and there is no noise."""
+        """Infinite leakage: the user may take part and some step has no noise."""
         return not self.silent and self.noise_multiplier == 0.0
 
 
@@ -142,12 +160,25 @@ def _pld_module():
 
 
 @functools.lru_cache(maxsize=256)
-def _inner_pld(record_rate: float, noise_multiplier: float, steps: int):
-    """S-fold composition of PoissonSampled(q, Gaussian(z)) (dp_accounting, pessimistic)."""
-    pld = _pld_module().from_gaussian_mechanism(
+def _step_pld(record_rate: float, noise_multiplier: float):
+    """One PoissonSampled(q, Gaussian(z)) step (dp_accounting, pessimistic); None for z = inf."""
+    if math.isinf(noise_multiplier):
+        return None
+    return _pld_module().from_gaussian_mechanism(
         standard_deviation=noise_multiplier, sampling_prob=record_rate,
         value_discretization_interval=PLD_DISCRETIZATION)
-    return pld.self_compose(steps) if steps > 1 else pld
+
+
+@functools.lru_cache(maxsize=256)
+def _inner_pld(record_rate: float, noise_multiplier: float, steps: int, last_noise: float | None = None):
+    """S steps of PoissonSampled(q, Gaussian(z)), the last at z_S = ``last_noise`` when given
+    (dp_accounting, pessimistic; adaptive composition of the steps)."""
+    pld = _step_pld(record_rate, noise_multiplier)
+    if last_noise is None:
+        return pld.self_compose(steps) if steps > 1 else pld
+    head = pld.self_compose(steps - 1) if steps > 2 else pld
+    last = _step_pld(record_rate, last_noise)
+    return head if last is None else head.compose(last)
 
 
 def _identity_pld():
@@ -170,9 +201,9 @@ def round_pld(r: StepRound):
     if r.user_sampling == "hidden":
         if r.steps == 1 or r.user_rate == 1.0:
             return _inner_pld(r.user_rate * r.record_rate if r.steps == 1 else r.record_rate,
-                              r.noise_multiplier, r.steps)
+                              r.noise_multiplier, r.steps, r.last_noise)
         return hidden_round_pld(r)
-    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps)
+    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps, r.last_noise)
     if r.user_rate == 1.0:
         return inner
     return inner.compute_mixture(_identity_pld(), r.user_rate)
@@ -216,7 +247,7 @@ def hidden_round_pld(r: StepRound):
 
     from otafl.privacy.analysis.pld import lower_convex_envelope
 
-    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps)
+    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps, r.last_noise)
     inner_remove, inner_add = inner._pmf_remove, inner._pmf_add  # noqa: SLF001 (no public accessor)
     p, gap = r.user_rate, PLD_DISCRETIZATION
 
@@ -276,6 +307,14 @@ def _rdp_step(q: float, z: float, orders: tuple[float, ...]) -> np.ndarray:
     return out
 
 
+def _rdp_steps(q: float, r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
+    """RDP of the round's S steps at record rate ``q``: (S - 1) rdp_1(z) + rdp_1(z_S)
+    (adaptive composition; a step with z = inf adds nothing)."""
+    head = (r.steps - 1) * _rdp_step(q, r.noise_multiplier, orders) if r.steps > 1 else 0.0
+    last = 0.0 if math.isinf(r.last) else _rdp_step(q, r.last, orders)
+    return np.zeros(len(orders)) + head + last
+
+
 def _log_binom(n: int, k: np.ndarray) -> np.ndarray:
     from scipy.special import gammaln
 
@@ -286,12 +325,12 @@ def _log_binom(n: int, k: np.ndarray) -> np.ndarray:
 def round_rdp(r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
     r"""RDP of one round at ``orders`` (read-only array; +inf for a round without noise).
 
-    - ``revealed``: exp((a - 1) RDP_a) = (1 - p) + p exp((a - 1) S rdp_1(a)) (the revealed
-      mixture, both directions);
+    - ``revealed``: exp((a - 1) RDP_a) = (1 - p) + p exp((a - 1) rdp_S(a)) (the revealed
+      mixture, both directions), rdp_S = (S - 1) rdp_1(z) + rdp_1(z_S) the S steps;
     - ``hidden``, S = 1: one PoissonSampled(p q, Gaussian(z)) step; p = 1: S steps;
     - ``hidden``, S > 1, p < 1 (integer orders only): the remove direction exactly,
 
-          exp((a - 1) RDP_a) = sum_j C(a, j) (1 - p)^(a - j) p^j exp(S (j - 1) rdp_1(j)),
+          exp((a - 1) RDP_a) = sum_j C(a, j) (1 - p)^(a - j) p^j exp((j - 1) rdp_S(j)),
 
       (binomial expansion of E_B[(1 - p + p prod_s L_s)^a], E_B[L^j] = exp((j - 1) rdp_1(j))).
       The add direction is taken to be no larger, as Mironov, Talwar & Zhang (2019, Thm. 5)
@@ -304,11 +343,11 @@ def round_rdp(r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
         return np.zeros_like(a)
     if r.open:
         return np.full_like(a, np.inf)
-    p, q, z, S = r.user_rate, r.record_rate, r.noise_multiplier, r.steps
+    p, q, S = r.user_rate, r.record_rate, r.steps
     if r.user_sampling == "hidden" and (S == 1 or p == 1.0):
-        return S * _rdp_step(p * q if S == 1 else q, z, tuple(orders))
+        return _rdp_steps(p * q if S == 1 else q, r, tuple(orders))
     if r.user_sampling == "revealed":
-        inner = S * _rdp_step(q, z, tuple(orders))
+        inner = _rdp_steps(q, r, tuple(orders))
         if p == 1.0:
             return inner
         with np.errstate(over="ignore"):
@@ -316,12 +355,12 @@ def round_rdp(r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
     if not np.all(a == np.round(a)):
         raise OtaflInputError("the hidden-coin RDP of S > 1 steps needs integer orders")
     top = int(a.max())
-    step = _rdp_step(q, z, tuple(float(j) for j in range(2, top + 1)))  # rdp_1(j), j = 2..top
-    log_moment = np.concatenate([[0.0, 0.0], (np.arange(2, top + 1) - 1.0) * step])  # (j - 1) rdp_1(j)
+    steps = _rdp_steps(q, r, tuple(float(j) for j in range(2, top + 1)))  # rdp_S(j), j = 2..top
+    log_moment = np.concatenate([[0.0, 0.0], (np.arange(2, top + 1) - 1.0) * steps])  # (j - 1) rdp_S(j)
     out = np.empty_like(a)
     for i, alpha in enumerate(a.astype(int)):
         j = np.arange(alpha + 1)
-        terms = _log_binom(alpha, j) + (alpha - j) * math.log1p(-p) + j * math.log(p) + S * log_moment[:alpha + 1]
+        terms = _log_binom(alpha, j) + (alpha - j) * math.log1p(-p) + j * math.log(p) + log_moment[:alpha + 1]
         out[i] = np.logaddexp.reduce(terms) / (alpha - 1.0)
     return out
 
