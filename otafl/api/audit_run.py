@@ -107,8 +107,7 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
     fedsgd_grads = {}
     if local:
         facts_steps = _local_steps(spec, audit, recs.x, recs.y, recs.index_present, recs.counts, gens)
-        step_facts = dict(local_steps=facts_steps.S, record_sampling=facts_steps.q, step_noise=facts_steps.sigma,
-                          record_clip=facts_steps.C, update_clip_failure=facts_steps.update_clip_failure)
+        step_facts = facts_steps.step_facts(credit_transmit_noise=tr.aggregation == "ota")  # as the loop
     else:
         w0 = torch.zeros(d, dtype=torch.float64, device=dev)
         for present in (True, False):
@@ -181,7 +180,8 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
         rows[name] = {"epsilon": eps, "delta": delta,
                       "epsilon_lower": None if emp is None else emp.epsilon_lower,
                       "epsilon_lower_ci": None if emp is None else list(emp.ci),
-                      "exceeded": bool(emp is not None and emp.epsilon_lower > eps)}
+                      "exceeded": bool(emp is not None and emp.epsilon_lower > eps),
+                      "guaranteed": ACCOUNTANTS[name].guaranteed}
     main = _main_accountant(spec, names)
     main_emp = cache.get(rows[main]["delta"])
     out = {

@@ -27,7 +27,8 @@ def audit_run_text(result: dict) -> str:
     width = max(len(n) for n in result["accountants"])
     for name, row in result["accountants"].items():
         ci = row["epsilon_lower_ci"]
-        verdict = "BOUND EXCEEDED (unsound)" if row["exceeded"] else "ok"
+        verdict = "ok" if not row["exceeded"] else (
+            "BOUND EXCEEDED: UNSOUND" if row["guaranteed"] else "exceeded (not a guaranteed bound)")
         main = " (main)" if name == result["main"] else ""
         lines.append(f"  {name:<{width}}  upper eps {_fmt(row['epsilon'])} at delta {row['delta']:.3g};  "
                      f"audit eps >= {_fmt(row['epsilon_lower'])} at delta {row['delta']:.3g} "
