@@ -299,6 +299,11 @@ def spec_from_mapping(raw: Mapping[str, Any], *, base_dir: Path | None = None,
         if users is not None:
             tree.setdefault("data", {}).setdefault("users", users)
 
+    if tree.get("train", {}).get("aggregation") == "digital":
+        # A digital run's default accountant is ``digital``: the over-the-air ones model hidden
+        # participation and channel noise, which orthogonal access does not have.
+        tree.setdefault("privacy", {}).setdefault("accountants", ["digital"])
+
     built = {}
     for section, cls in SECTIONS.items():
         body = tree.get(section, {})

@@ -37,3 +37,21 @@ def check_range(name: str, value: float, lo: float | None = None, hi: float | No
         hi_s = "inf" if hi is None else f"{hi:g}"
         raise out_of_range(name, value, f"{left}{lo_s}, {hi_s}{right}")
     return v
+
+
+#: Largest (and 1 / smallest non-zero) magnitude accepted for the physical scales: the clip L,
+#: the noise variances sigma^2 and N0, the large-scale gains. Within [1e-30, 1e30] the round's
+#: derived quantities (L^2 + d sigma^2, the alignment gain c_t, N0 / c_t^2, (Delta / s)^2) stay
+#: finite and non-zero in float64; beyond it L^2 overflows or c_t underflows to 0 and a round
+#: would read as perfect privacy.
+MAX_SCALE = 1e30
+
+
+def check_scale(name: str, value, *, zero: bool = False) -> float:
+    """Return ``value`` if it is a physical scale in [1e-30, 1e30] (or exactly 0 with
+    ``zero``), else raise :func:`out_of_range` naming that range."""
+    v = float(value)
+    if (zero and v == 0.0) or (1.0 / MAX_SCALE <= v <= MAX_SCALE):
+        return v
+    allowed = f"{'0 or ' if zero else ''}[{1.0 / MAX_SCALE:g}, {MAX_SCALE:g}]"
+    raise out_of_range(name, value, allowed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from otafl.errors import OtaflInputError, check_range
+from otafl.errors import OtaflInputError, check_range, check_scale
 
 if TYPE_CHECKING:
     from otafl.config import Spec
@@ -97,11 +97,11 @@ def validate(spec: Spec) -> None:
     _names("channel.fading", c.fading, names["channel.fading"])
     check_range("channel.rician_k", c.rician_k, 0, None)
     check_range("channel.rho", c.rho, 0, 1)
-    check_range("channel.n0", c.n0, 0, None)
+    check_scale("channel.n0", c.n0, zero=True)
     for v in as_list(c.snr_db):
         check_range("channel.snr_db", v, -100, 100)
     for v in as_list(c.large_scale_gain):
-        check_range("channel.large_scale_gain", v, 0, None, lo_open=True)
+        check_scale("channel.large_scale_gain", v)
     if c.group_sizes is not None:
         for v in c.group_sizes:
             check_range("channel.group_sizes", v, 1, None)
@@ -109,9 +109,9 @@ def validate(spec: Spec) -> None:
             raise OtaflInputError(
                 f"channel.group_sizes has {len(c.group_sizes)} entries but channel.snr_db has "
                 f"{len(as_list(c.snr_db))}; they must match")
-    check_range("transmit.clip", tx.clip, 0, None, lo_open=True)
+    check_scale("transmit.clip", tx.clip)
     for v in as_list(tx.sigma2):
-        check_range("transmit.sigma2", v, 0, None)
+        check_scale("transmit.sigma2", v, zero=True)
     groups = len(as_list(c.snr_db))
     for key, value in (("channel.large_scale_gain", c.large_scale_gain), ("transmit.sigma2", tx.sigma2)):
         n = len(as_list(value))
@@ -156,7 +156,27 @@ def validate(spec: Spec) -> None:
         _names("privacy.accountants", a, names["privacy.accountants"])
 
     validate_digital(spec, names)
+    _validate_aggregation_accountants(spec)
     check_run_size(spec)
+
+
+OVER_THE_AIR_ACCOUNTANTS = ("paper", "tight", "exact")
+"""Accountants of the over-the-air round: hidden participation (amplification by sampling) and
+channel noise N0 / c_t^2, neither of which a digital (orthogonal-access) round has."""
+
+
+def _validate_aggregation_accountants(spec: Spec) -> None:
+    """Each accountant only where its model applies: a digital run is accounted by ``digital``."""
+    if spec.train.aggregation != "digital":
+        return
+    listed = as_list(spec.privacy.accountants)
+    ota = [a for a in listed if a in OVER_THE_AIR_ACCOUNTANTS]
+    if ota:
+        verb = "models" if len(ota) == 1 else "model"
+        raise OtaflInputError(
+            f"privacy.accountants = {listed!r} is outside the allowed range for train.aggregation = 'digital': "
+            f"{', '.join(ota)} {verb} over-the-air aggregation (hidden participation, channel noise), but "
+            "orthogonal access shows the server who transmits; use ['digital'] (the default of a digital run)")
 
 
 def check_run_size(spec: Spec) -> None:

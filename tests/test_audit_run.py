@@ -26,6 +26,7 @@ from otafl.privacy.empirical import empirical_epsilon
 
 OTA = "experiments/audit-ota.toml"
 NOISE_CANCELLING = "experiments/audit-noise-cancelling.toml"
+DIGITAL = "privacy.accountants=['digital']"  # the over-the-air accountants are refused for digital rounds
 
 
 def _gaussian_eps(mu: float, delta: float) -> float:
@@ -89,15 +90,15 @@ SOUND_CASES = [
     (OTA, ["sampling.p=0.7"]),
     (OTA, ["sampling.scheme='channel-aware'", "sampling.h_th=1.5"]),
     (OTA, ["audit.scope='local'"]),
-    (OTA, ["train.aggregation='digital'", "digital.mechanism='gaussian'", "digital.sigma2=0.3"]),
-    (OTA, ["train.aggregation='digital'", "digital.mechanism='skellam'", "digital.sigma2=0.3"]),
-    (OTA, ["train.aggregation='digital'", "digital.mechanism='ddg'", "digital.sigma2=0.3"]),
-    (OTA, ["train.aggregation='digital'", "digital.mechanism='pbm'", "digital.sigma2=0.3"]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='gaussian'", "digital.sigma2=0.3", DIGITAL]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='skellam'", "digital.sigma2=0.3", DIGITAL]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='ddg'", "digital.sigma2=0.3", DIGITAL]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='pbm'", "digital.sigma2=0.3", DIGITAL]),
     (NOISE_CANCELLING, ["audit.co_users='null'", "train.record_sampling=0.5", "train.local_steps=3"]),
     (NOISE_CANCELLING, ["audit.co_users='null'", "train.algorithm='scaffold'", "train.local_steps=3",
                         "transmit.sigma2=0.001", "channel.n0=0.1"]),
     (NOISE_CANCELLING, ["audit.co_users='null'", "train.local_steps=3", "train.aggregation='digital'",
-                        "digital.mechanism='skellam'", "digital.sigma2=1e-4"]),
+                        "digital.mechanism='skellam'", "digital.sigma2=1e-4", DIGITAL]),
 ]
 
 
@@ -177,7 +178,7 @@ def test_halving_the_artificial_noise_in_transmission_is_caught(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("path,overrides", SOUND_CASES + [
     (NOISE_CANCELLING, ["train.algorithm='scaffold'"]),
-    (NOISE_CANCELLING, ["train.aggregation='digital'", "digital.mechanism='gaussian'", "digital.sigma2=1e-4"])])
+    (NOISE_CANCELLING, ["train.aggregation='digital'", "digital.mechanism='gaussian'", "digital.sigma2=1e-4", DIGITAL])])
 def test_a_long_audit_never_exceeds_any_accountant(path, overrides):
     spec, audit = load_audit_spec(path, overrides + ["audit.trials=40000", "audit.seed=2"])
     result = audit_run(spec, audit)

@@ -135,8 +135,7 @@ def test_the_table_covers_every_command_with_at_least_forty_cases():
     assert {"run", "bound", "audit", "scaling", "sweep", "table", "plot", "calibrate", "plot-accountants"} <= commands
 
 
-@pytest.mark.parametrize("args, needle", BAD, ids=[" ".join(a)[:60] for a, _ in BAD])
-def test_bad_input_exits_2_with_one_line_and_changes_no_file(workdir, monkeypatch, args, needle):
+def _assert_refused(workdir, monkeypatch, args, needle):
     monkeypatch.chdir(workdir)
     monkeypatch.delenv("OTAFL_MEMORY_LIMIT_GB", raising=False)
     before = _snapshot(workdir)
@@ -146,3 +145,62 @@ def test_bad_input_exits_2_with_one_line_and_changes_no_file(workdir, monkeypatc
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     assert "Traceback" not in res.output and needle in lines[0], lines[0]
     assert _snapshot(workdir) == before
+
+
+@pytest.mark.parametrize("args, needle", BAD, ids=[" ".join(a)[:60] for a, _ in BAD])
+def test_bad_input_exits_2_with_one_line_and_changes_no_file(workdir, monkeypatch, args, needle):
+    _assert_refused(workdir, monkeypatch, args, needle)
+
+
+RANGE = "[1e-30, 1e+30]"
+
+
+def test_a_clip_whose_square_overflows_is_refused_not_read_as_perfect_privacy(workdir, monkeypatch):
+    # L = 1e155: L^2 overflowed, the alignment gain became 0 and every epsilon read 0 (exact central 1).
+    for args, name in ((["bound", "--accountant", "exact,tight,paper", "--clip", "1e155"], "clip = 1e+155"),
+                       (["audit", "--clip", "1e155", "--samples", "100"], "clip = 1e+155"),
+                       (["run", "spec.toml", "--set", "transmit.clip=1e155"], "transmit.clip = 1e+155"),
+                       (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "transmit.sigma2",
+                         "--set", "transmit.clip=1e155"], "transmit.clip = 1e+155")):
+        _assert_refused(workdir, monkeypatch, args, f"{name} is outside the allowed range {RANGE}")
+
+
+def test_an_infinite_clip_in_a_spec_is_refused_not_reported_as_epsilon_zero(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "transmit.clip=inf"],
+                    f"transmit.clip = inf is outside the allowed range {RANGE}")
+
+
+def test_an_infinite_n0_is_refused_not_printed_as_nan(workdir, monkeypatch):
+    for args, name in ((["bound", "--accountant", "paper,tight", "--n0", "inf"], "n0 = inf"),
+                       (["audit", "--n0", "inf", "--samples", "100"], "n0 = inf"),
+                       (["run", "spec.toml", "--set", "channel.n0=inf"], "channel.n0 = inf")):
+        _assert_refused(workdir, monkeypatch, args, f"{name} is outside the allowed range 0 or {RANGE}")
+
+
+def test_noise_and_gains_beyond_the_float_range_are_refused(workdir, monkeypatch):
+    for args, needle in ((["bound", "--sigma2", "1e31"], "sigma2 = 1e+31"),
+                         (["bound", "--n0", "1e-40"], "n0 = 1e-40"),
+                         (["run", "spec.toml", "--set", "transmit.sigma2=1e40"], "transmit.sigma2 = 1e+40"),
+                         (["run", "spec.toml", "--set", "channel.large_scale_gain=1e-40"],
+                          "channel.large_scale_gain = 1e-40"),
+                         (["run", "spec.toml", "--set", "channel.large_scale_gain=inf"],
+                          "channel.large_scale_gain = inf"),
+                         (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "transmit.clip",
+                           "--range", "1e-3,1e40"], "1e+40")):
+        _assert_refused(workdir, monkeypatch, args, needle)
+
+
+def test_infinite_round_facts_are_refused_by_every_over_the_air_accountant():
+    import math
+
+    from otafl.errors import OtaflInputError
+    from otafl.privacy.accountants import ACCOUNTANTS
+
+    good = dict(participation_prob=0.5, users=10, noise_var=0.1, alignment_gain=1.0, n0=1.0, sensitivity=2.0,
+                delta_l=1e-5, dim=10)
+    for name in ("paper", "tight", "exact"):
+        for bad, needle in ((dict(n0=math.inf), "n0 = inf"), (dict(sensitivity=math.inf), "sensitivity = inf"),
+                            (dict(noise_var=math.inf), "noise_var = inf"),
+                            (dict(alignment_gain=1e-160), "N0 / c_t^2 overflows")):
+            with pytest.raises(OtaflInputError, match=needle.replace("^", r"\^")):
+                ACCOUNTANTS[name].bound(**{**good, **bad})

@@ -37,7 +37,8 @@ def test_bad_digital_input_is_one_line_and_exit_2(tmp_path, setting, needle):
 def test_a_digital_run_reports_accuracy_cost_and_its_mechanism_privacy(tmp_path, mechanism):
     out = tmp_path / mechanism
     res = CliRunner().invoke(cli, ["run", "experiments/quickstart.toml", "--quiet", "--out", str(out), *SMALL,
-                                   "--set", "train.aggregation='digital'", "--set", f"digital.mechanism='{mechanism}'"])
+                                   "--set", "train.aggregation='digital'", "--set", f"digital.mechanism='{mechanism}'",
+                                   "--set", "privacy.accountants=['digital']"])
     assert res.exit_code == 0, res.output
     s = json.loads((out / "summary.json").read_text())
     for key in ("final_test_accuracy", "channel_uses_per_round", "energy_per_round", "outages_per_round",
@@ -45,10 +46,7 @@ def test_a_digital_run_reports_accuracy_cost_and_its_mechanism_privacy(tmp_path,
         assert key in s, key
     assert s["digital_mechanism"] == mechanism and s["channel_uses_per_round"] > s["dim"]
     assert "digital:" in res.output and "uplink:" in res.output
-    if mechanism == "gaussian":
-        assert "tight_epsilon_central_total" in s  # Gaussian shares: the over-the-air accountants apply
-    else:
-        assert "tight_epsilon_central_total" not in s and "not run" in s["privacy_note"]
+    assert not any(k.startswith(("tight_", "exact_", "paper_")) for k in s)  # participation is revealed
     header = (out / "rounds.csv").read_text().splitlines()[0].split(",")
     assert {"channel_uses", "energy", "outages", "bits", "overflow"} <= set(header)
 
@@ -59,3 +57,25 @@ def test_the_over_the_air_run_reports_d_channel_uses_per_round(tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["channel_uses_per_round"] == s["dim"] == 7850
     assert 0 < s["energy_per_round"] and s["outages_per_round"] == 0
+
+
+def test_a_digital_run_without_listed_accountants_is_accounted_by_digital_alone(tmp_path):
+    spec = tmp_path / "digital.toml"
+    spec.write_text('[data]\nname = "synthetic"\nusers = 6\n[train]\nrounds = 2\neval_every = 2\n'
+                    'aggregation = "digital"\n[digital]\nmechanism = "gaussian"\n')
+    res = CliRunner().invoke(cli, ["run", str(spec), "--quiet", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert "digital_epsilon_central_total" in s and not any(k.startswith("exact_") for k in s)
+
+
+@pytest.mark.parametrize("accountant", ["exact", "tight", "paper"])
+def test_an_over_the_air_accountant_on_a_digital_run_is_refused_naming_the_aggregation(tmp_path, accountant):
+    res = CliRunner().invoke(cli, ["run", "experiments/quickstart.toml", "--out", str(tmp_path / "o"), *SMALL,
+                                   "--set", "train.aggregation='digital'",
+                                   "--set", f"privacy.accountants=['digital', '{accountant}']"])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: privacy.accountants"), res.output
+    assert "train.aggregation = 'digital'" in lines[0] and accountant in lines[0]
+    assert not (tmp_path / "o").exists()

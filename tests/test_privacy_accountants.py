@@ -139,9 +139,9 @@ def test_undefined_points_are_infinite_with_a_reason_and_do_not_raise():
         # sigma^2 = 0 and N0 = 0: nothing protects anybody.
         assert b.reason[2] & REASON_NO_LOCAL_NOISE and b.reason[2] & REASON_NO_CENTRAL_NOISE
         assert b.epsilon_central[2] == math.inf and b.epsilon_local[2] == math.inf
-        if name in ("exact", "steps"):
+        if name in ("exact", "steps", "steps-sumdom"):
             # no concentration step (exact) / a quantile whose failure is charged to delta
-            # (steps): p = 0.02 (mu = 4) still has a finite bound
+            # (steps, steps-sumdom): p = 0.02 (mu = 4) still has a finite bound
             assert b.reason[0] == 0 and math.isfinite(b.epsilon_central[0])
             continue
         # p = 0.02: mu = 4, auto delta' = 2 exp(-0.16) + 1e-5 > 1.
@@ -286,5 +286,5 @@ def test_registry_is_the_single_source_of_names():
         assert b.epsilon_central.shape == (2,) and bool((b.epsilon_central >= 0).all()), name
         assert bool((b.epsilon_local >= 0).all()), name
     assert all(get_accountant(n) is a and a.name == n for n, a in ACCOUNTANTS.items())
-    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{digital, exact, paper, steps, tight\}"):
+    with pytest.raises(OtaflInputError, match=r"accountant = 'magic' is outside the allowed range \{digital, exact, paper, steps, steps-sumdom, tight\}"):
         get_accountant("magic")

@@ -282,3 +282,26 @@ def test_ddg_per_round_epsilon_is_close_to_skellams_at_the_same_variance():
     one = mechanism_rdp(mech, torch.tensor([1]), sensitivity=2.0)[0]
     assert torch.allclose(one, torch.tensor([a * d2 ** 2 / (2 * 0.1 * 300.0 ** 2) for a in DIGITAL_ORDERS],
                                             dtype=F64), rtol=1e-12)
+
+
+def test_bound_digital_credits_no_receiver_noise_whatever_n0():
+    # Secure aggregation over orthogonal access decodes the sum exactly: with p = 1 the round is
+    # the Gaussian mechanism of the K shares' noise alone (Balle & Wang, solved here with scipy).
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    from otafl.api.bound import bound_grid
+
+    K, s2 = 20, 0.1
+    rows = [bound_grid(users=[K], p=[1.0], sigma2=[s2], clip=[1.0], snr_db=[0.0], accountants=["digital"],
+                       n0=n0, delta_prime=1e-6)["rows"][0] for n0 in (0.0, 1.0, 100.0)]
+    std = math.sqrt(K * s2)
+
+    def delta(e):
+        return norm.cdf(1 / std - e * std / 2) - math.exp(e) * norm.cdf(-1 / std - e * std / 2)
+
+    ref = brentq(lambda e: delta(e) - 1e-5, 0.0, 100.0, xtol=1e-13)
+    for r in rows:
+        assert r["channel_noise_var"] == 0.0
+        assert r["epsilon_central"] == pytest.approx(ref, rel=1e-8)
+        assert r["epsilon_local"] == rows[0]["epsilon_local"]

@@ -42,7 +42,7 @@ import torch
 
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import MAX_EXACT_INT, bound_bytes, check_memory
-from otafl.errors import OtaflInputError, check_range
+from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import (
     REASONS,
     RoundBound,
@@ -227,7 +227,9 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     delta_l : delta of the Gaussian step, in (0, 1).
     delta_prime : the concentration failure probability, in (0, 1), or ``"auto"``.
     n0 : receiver noise variance N0 >= 0 (0: no channel noise). None: 1, or the
-        preset's N0 with ``channel``.
+        preset's N0 with ``channel``. The ``digital`` accountant ignores it: secure
+        aggregation over orthogonal access decodes the sum exactly, with no receiver noise
+        (its rows report ``channel_noise_var`` 0).
     dim : model dimension d (number of parameters), default :data:`PAPER_DIM`.
     rounds : T; adds the totals composed over T rounds.
     channel : a channel preset name or TOML path: K, the SNR groups and N0 come from it
@@ -267,9 +269,9 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     for value in p:
         check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
     for value in sigma2:
-        check_range("sigma2", value, lo=0.0)
+        check_scale("sigma2", value, zero=True)
     for value in clip:
-        check_range("clip", value, lo=0.0, lo_open=True)
+        check_scale("clip", value)
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     if not isinstance(delta_prime, str):
         check_range("delta_prime", delta_prime, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
@@ -297,7 +299,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         if users or snr_db:
             raise OtaflInputError("--users and --snr-db come from the channel preset; leave them out with --channel")
         if n0 is not None:
-            check_range("n0", n0, lo=0.0)
+            check_scale("n0", n0, zero=True)
         drawn = rounds if rounds is not None else DEFAULT_CHANNEL_ROUNDS
         floor, info = channel_gain_floor(channel, rounds=drawn, dim=int(dim), seed=seed, n0=n0, device=device)
         n0 = float(info["n0"])
@@ -312,7 +314,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         n0 = 1.0 if n0 is None else n0
     for value in users:
         check_range("users", value, lo=1)
-    check_range("n0", n0, lo=0.0)
+    check_scale("n0", n0, zero=True)
 
     shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))
     points = math.prod(shape)
@@ -353,7 +355,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 c_eval = evaluated.unsqueeze(0) / norm.unsqueeze(-1)
                 c_mean = floor.mean() / norm
                 chan_mean = torch.zeros_like(norm) if n0 == 0.0 else n0 * (L * L + dim * s2) * inv_floor2
-            per_round, held = _evaluate(acc, tally, piece, K=K, pp=pp, s2=s2, L=L, c=c_eval, n0=n0,
+            if acc.name == "digital":  # secure aggregation over orthogonal access: no receiver noise in the sum
+                chan_mean = torch.zeros_like(chan_mean)
+            per_round, held = _evaluate(acc, tally, piece, K=K, pp=pp, s2=s2, L=L, c=c_eval,
+                                        n0=0.0 if acc.name == "digital" else n0,
                                         delta_l=delta_l, delta_prime=delta_prime, dim=int(dim),
                                         **(steps_kwargs if acc.name in STEPS_ACCOUNTANTS else {}))
             bound = _worst_round(per_round)

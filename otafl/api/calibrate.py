@@ -34,7 +34,7 @@ import numpy as np
 
 from otafl.config import Spec
 from otafl.validation import validate
-from otafl.errors import OtaflInputError, check_range
+from otafl.errors import MAX_SCALE, OtaflInputError, check_range
 from otafl.results import atomic_write_text, jsonable
 
 __all__ = ["Knob", "KNOBS", "SCOPES", "CalibrationResult", "CalibrationInfeasible", "solution_intervals",
@@ -99,7 +99,7 @@ class Knob:
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("transmit.sigma2", 0.0, None, True, False, log=True, integer=False, prefer="min",
+    Knob("transmit.sigma2", 1 / MAX_SCALE, MAX_SCALE, False, False, log=True, integer=False, prefer="min",
          why="more artificial noise is more private: the least noise that meets the target",
          default_range=lambda spec: (1e-4, 1e3)),
     Knob("sampling.p", 0.0, 1.0, True, False, log=False, integer=False, prefer="max",
@@ -112,7 +112,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          why="a higher SNR aligns at a larger gain c_t, so less channel noise N0/c_t^2 protects the "
              "users: the highest SNR that meets the target",
          default_range=lambda spec: (-20.0, 40.0)),
-    Knob("transmit.clip", 0.0, None, True, False, log=True, integer=False, prefer="max",
+    Knob("transmit.clip", 1 / MAX_SCALE, MAX_SCALE, False, False, log=True, integer=False, prefer="max",
          why="a larger clip L raises the sensitivity 2L (partly offset by a smaller alignment gain): "
              "the largest clip that meets the target",
          default_range=lambda spec: (1e-3, 1e2)),

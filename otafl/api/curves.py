@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from otafl.api.defaults import PAPER_DIM
-from otafl.errors import check_range
+from otafl.errors import check_range, check_scale
 from otafl.progress import Progress, Tally
 
 __all__ = ["ACCOUNTANTS", "DEFAULT_P", "PRESET", "accountant_curves"]
@@ -59,10 +59,10 @@ def accountant_curves(*, p: Sequence[float] = DEFAULT_P, users: int = PRESET["us
     for value in p:
         check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
     check_range("users", users, lo=1)
-    check_range("sigma2", sigma2, lo=0.0)
-    check_range("clip", clip, lo=0.0, lo_open=True)
+    check_scale("sigma2", sigma2, zero=True)
+    check_scale("clip", clip)
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    check_range("n0", n0, lo=0.0)
+    check_scale("n0", n0, zero=True)
     check_range("dim", dim, lo=1)
     pp = torch.tensor(list(p), dtype=torch.float64)
     kw = dict(participation_prob=pp, users=users, noise_var=sigma2, alignment_gain=alignment_gain, n0=n0,

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
-from otafl.errors import OtaflInputError, check_range
+from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import get_accountant
 
 __all__ = ["SCHEMES", "THEORY_SLOPES", "SLOW_ACCOUNTANTS", "fit_loglog_slope", "log_users", "scaling_curves",
@@ -135,11 +135,11 @@ def scaling_curves(*, users: Sequence[float] | dict[str, Sequence[float]], p: fl
     accountants = check_accountants(accountants)
     check_range("p", p, lo=0.0, hi=1.0, lo_open=True)
     check_range("a", a, lo=0.0, lo_open=True)
-    check_range("sigma2", sigma2, lo=0.0, lo_open=True)
-    check_range("clip", clip, lo=0.0, lo_open=True)
+    check_scale("sigma2", sigma2)
+    check_scale("clip", clip)
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     check_range("dim", dim, lo=1)
-    check_range("n0", n0, lo=0.0)
+    check_scale("n0", n0, zero=True)
     if not math.isfinite(snr_db):
         raise OtaflInputError(f"snr_db = {snr_db!r} is outside the allowed range (finite numbers)")
     device = torch.device(device)

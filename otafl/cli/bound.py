@@ -26,7 +26,9 @@ from otafl.report.text import bound_text
                delta_prime_help="Concentration failure probability: a number in (0, 1) or auto = "
                                 "2 exp(-2 mu^2/K) + 1e-5.")
 @click.option("--n0", type=float, default=None, help="Receiver noise variance N0; 0 = no channel noise [default: 1, "
-                                                     "or the channel preset's].")
+                                                     "or the channel preset's]. The digital accountant "
+                                                     "ignores it: secure aggregation over orthogonal access "
+                                                     "adds no receiver noise to the sum.")
 @click.option("--dim", type=int, default=PAPER_DIM, show_default=True,
               help="Model dimension d (number of parameters; sets P = 10^(SNR/10) d N0).")
 @accountant_option(default=("exact",),

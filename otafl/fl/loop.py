@@ -241,8 +241,8 @@ def account_facts(spec: Spec, facts: list[RoundFacts], digital, delta_target: fl
                   extra: tuple[str, ...] = ()) -> tuple[PrivacyResult, str]:
     """The run's privacy, per accountant of the spec (and of ``extra``), by :func:`account_run`
     (``steps`` and ``digital`` first; ``digital`` always for a digital round). The over-the-air accountants
-    model Gaussian noise, so for ``skellam``, ``ddg`` and ``pbm`` shares they are skipped,
-    with a note."""
+    never reach a digital run (spec validation refuses them there: they model hidden
+    participation and channel noise); the note below only guards direct callers."""
     listed = list(spec.privacy.accountants)
     own = [a for a in (*STEPS_ACCOUNTANTS, "digital") if a in listed or (a == "digital" and digital is not None)]
     others = [a for a in listed if a not in own]

@@ -243,6 +243,8 @@ _LEGEND_PARTICIPANTS = "Participants: mean @K@ per round."
 _LEGEND_FLAG = ("@flagnote@: @acc@'s classic Gaussian step is outside its validity range (@eps0@, no LDP "
                 "amplification by sampling) in some round of some seed: the value is not a guaranteed bound "
                 "and may understate the leakage.")
+_LEGEND_SUMDOM = ("@flagnote@: steps-sumdom is the source's sum-domination of the local steps, not a guaranteed bound "
+                  "(another user's later steps can cancel its own earlier noise); steps is the sound value.")
 
 
 def _legend(table: TradeoffTable, cols: Sequence[tuple], fmt: str) -> str:
@@ -257,7 +259,8 @@ def _legend(table: TradeoffTable, cols: Sequence[tuple], fmt: str) -> str:
     parts = [_LEGEND]
     if any(c[0] == "row" and c[1] == "participants" for c in cols):
         parts.append(_LEGEND_PARTICIPANTS)
-    parts += [_LEGEND_FLAG.replace("@acc@", a) for a in _flagged(table, cols)]
+    parts += [_LEGEND_SUMDOM if a == "steps-sumdom" else _LEGEND_FLAG.replace("@acc@", a)
+              for a in _flagged(table, cols)]
     return re.sub(r"@([A-Za-z0-9_\\]+)@", lambda m: values[m.group(1).replace("\\", "")], esc(" ".join(parts)))
 
 

@@ -116,10 +116,12 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
     ----------
     participation_prob : [..., K] (``users=None``) or [...] (uniform), float -- p in [0, 1].
     noise_var : [..., K] or [..., 1] (per user) or [...] (uniform), float -- sigma^2 >= 0,
-        per coordinate, gradient units.
-    alignment_gain : [...], float -- c_t >= 0.
-    n0 : [...], float -- receiver noise variance N0 >= 0 (0: no channel noise).
-    sensitivity : [...], float -- Delta > 0.
+        finite, per coordinate, gradient units.
+    alignment_gain : [...], float -- c_t >= 0 (0: a silent round, nothing reaches the
+        server; +inf: no receiver noise in the sum, as ``ideal`` and ``digital`` rounds
+        record); N0 / c_t^2 must be finite.
+    n0 : [...], float -- receiver noise variance N0 >= 0, finite (0: no channel noise).
+    sensitivity : [...], float -- Delta > 0, finite.
     delta_l : [...], float -- in (0, 1).
     delta_prime : [...] float in (0, 1), or "auto" = 2 exp(-2 mu_t^2 / K) + 1e-5.
     users : [...], integer-valued >= 1 (uniform p), or None (per-user inputs).
@@ -132,10 +134,12 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
     p = torch.as_tensor(participation_prob, dtype=torch.float64)
     (var, c, n0, delta_s, delta_l) = as_float64(noise_var, alignment_gain, n0, sensitivity, delta_l, device=p.device)
     _check_tensor("participation_prob", p, 0.0, 1.0)
-    _check_tensor("noise_var", var, 0.0)
-    _check_tensor("alignment_gain", c, 0.0)
-    _check_tensor("n0", n0, 0.0)
-    _check_tensor("sensitivity", delta_s, 0.0, lo_open=True)
+    # Infinite facts are refused, not read as "no signal": an overflowed L^2 or N0 would
+    # otherwise give epsilon 0 (or nan) for a round that leaks.
+    _check_tensor("noise_var", var, 0.0, math.inf, hi_open=True)
+    _check_tensor("alignment_gain", c, 0.0)  # +inf: no receiver noise reaches the sum (ideal, digital)
+    _check_tensor("n0", n0, 0.0, math.inf, hi_open=True)
+    _check_tensor("sensitivity", delta_s, 0.0, math.inf, lo_open=True, hi_open=True)
     _check_tensor("delta_l", delta_l, 0.0, 1.0, lo_open=True, hi_open=True)
     uniform = users is not None
     if uniform:
@@ -173,6 +177,11 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
         _check_tensor("delta_prime", dp, 0.0, 1.0, lo_open=True, hi_open=True)
         batch = torch.broadcast_shapes(batch, dp.shape)
     channel = torch.where(n0 == 0, torch.zeros_like(c), n0 / (c * c))
+    over = torch.isinf(channel) & (c > 0)
+    if bool(over.any()):  # c_t^2 underflows: N0 / c_t^2 is not representable (c_t = 0 is a silent round)
+        bad_c, bad_n0 = (torch.broadcast_to(t, channel.shape)[over][0].item() for t in (c, n0))
+        raise OtaflInputError(f"alignment_gain = {bad_c!r} with n0 = {bad_n0!r} is outside the allowed range: "
+                              "N0 / c_t^2 overflows float64 (c_t^2 >= N0 / 1.8e308)")
     if dim is not None:
         dim = as_float64(dim, device=p.device)[0]
         _check_tensor("dim", dim, 1.0)

@@ -22,6 +22,7 @@ __all__ = [
     "classic_gaussian_epsilon",
     "analytic_gaussian_epsilon",
     "exp_diff",
+    "log_expm1",
     "gaussian_hockey_stick",
     "amplify_by_sampling",
 ]
@@ -84,6 +85,15 @@ def exp_diff(log_pos: Tensor, log_neg: Tensor) -> Tensor:
     gap = (log_neg - log_pos).clamp(max=700.0)
     out = torch.exp(log_pos) * -torch.expm1(gap)
     return torch.where(torch.isneginf(log_pos) & torch.isneginf(log_neg), torch.zeros_like(out), out)
+
+
+def log_expm1(x: Tensor) -> Tensor:
+    """log(e^x - 1) for x >= 0 without overflow: ``log(expm1(x))`` up to x = 30, then
+    ``x + log1p(-e^-x)`` (``expm1`` overflows above x = 709.78, where the plain form would
+    return +inf and the callers' tails would vanish). -inf at x = 0."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    small = torch.log(torch.expm1(torch.clamp(x, max=30.0)))
+    return torch.where(x > 30.0, x + torch.log1p(-torch.exp(-x)), small)
 
 
 def gaussian_hockey_stick(*, epsilon, sensitivity, noise_std) -> Tensor:

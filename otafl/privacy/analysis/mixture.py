@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from otafl.privacy.analysis.gaussian import exp_diff
+from otafl.privacy.analysis.gaussian import exp_diff, log_expm1
 
 __all__ = ["mixture_hockey_stick"]
 
@@ -59,7 +59,7 @@ def _tail_excess(u, eps, log_pi, log_1mpi, w, W, a):
     sW = W.sqrt()
     log_pos = log_pi + _log_ndtr_upper((u - a) / sW)
     log_neg1 = log_pi + eps + _log_ndtr_upper((u + a) / sW)
-    log_neg0 = log_1mpi + torch.log(torch.expm1(eps)) + _log_ndtr_upper(u / w.sqrt())
+    log_neg0 = log_1mpi + log_expm1(eps) + _log_ndtr_upper(u / w.sqrt())
     return exp_diff(log_pos, torch.logaddexp(log_neg1, log_neg0))
 
 
@@ -126,7 +126,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     equal = (w == W) & ~full
     if bool(equal.any()):
         log_2a = _LOG2 + log_pi - a * a / (2 * W)
-        b = log_1mpi + torch.log(torch.expm1(eps))  # log((1 - pi)(e^eps - 1)), -inf at eps = 0
+        b = log_1mpi + log_expm1(eps)  # log((1 - pi)(e^eps - 1)), -inf at eps = 0
         k = log_2a + eps / 2
         log_z = torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a
         x_eq = W * log_z / a

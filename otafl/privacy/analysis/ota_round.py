@@ -238,7 +238,7 @@ def with_dim(spec: RoundSpec, dim: int | None) -> RoundSpec:
 
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
-                  xtol: float = 1e-9, max_eps: float = 1e4, upper_hint=None) -> torch.Tensor:
+                  xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
     The profile is non-increasing and convex in eps, so the root of
