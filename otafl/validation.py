@@ -35,10 +35,8 @@ def registries() -> dict[str, Any]:
     from otafl.data import DATASETS, SPLITS
     from otafl.device import DEVICES
     from otafl.estimate import ESTIMATORS
-    from otafl.fl.local import ALGORITHMS
-    from otafl.fl.digital import MECHANISMS
     from otafl.fl.optim import OPTIMIZERS
-    from otafl.fl.round import AGGREGATORS, SUPERPOSITIONS
+    from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, SUPERPOSITIONS
     from otafl.models import MODELS
     from otafl.privacy.accountants import ACCOUNTANTS
     from otafl.sampling import SAMPLING_SCHEMES, SCHEDULES
@@ -47,7 +45,7 @@ def registries() -> dict[str, Any]:
     return {
         "data.name": DATASETS, "data.split": SPLITS, "model.name": MODELS, "channel.fading": FADING_MODELS,
         "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
-        "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
+        "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATIONS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
         "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS, "digital.mechanism": MECHANISMS,
         "digital.access": ACCESS_SCHEMES,

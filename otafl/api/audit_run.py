@@ -4,8 +4,7 @@ The round is the one :func:`otafl.fl.loop.run_experiment` runs: the channel of
 :func:`otafl.setup.build_channel` (train.seed), the participation coins of
 :func:`otafl.sampling.draw_participants`, the local DP-SGD steps of
 :class:`otafl.fl.local.LocalSteps` (fedavg, scaffold), the aggregator of
-:data:`otafl.fl.round.AGGREGATORS` (``ota``, or ``digital`` with
-:func:`otafl.fl.digital.build_digital`) and the estimator of :data:`otafl.estimate.ESTIMATORS`.
+:mod:`otafl.fl.aggregations` strategy (``ota``, ``ideal`` or ``digital``) and the estimator of :data:`otafl.estimate.ESTIMATORS`.
 Only the data differ: the least-squares records of :func:`otafl.fl.least_squares.audit_records`
 (a canary along one coordinate, or its neighbour record), and the seeds of the trials'
 randomness (``audit.seed``: coins, noise, record sampling; the channel is fixed by
@@ -16,13 +15,12 @@ update (the estimate g_hat, of which the model is a post-processing), ``local`` 
 receives from the target (the aligned sum of a round in which only the target transmits: the
 colluding co-users' contributions are known and subtracted). The test and its interval are
 :func:`otafl.privacy.empirical.empirical_epsilon`; the upper bounds are the accountants' of
-the same round, from the facts the loop records (:func:`otafl.fl.loop.round_facts`), each at its
+the same round, from the facts the loop records (the aggregation's ``facts``), each at its
 own delta, and the audit's lower bound is computed at each accountant's delta too.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from typing import Any
@@ -36,9 +34,10 @@ from otafl.errors import OtaflInputError
 from otafl.estimate import ESTIMATORS
 from otafl.fl.grads import StackedGradients
 from otafl.fl.least_squares import audit_records, least_squares_model, least_squares_sums, user_gradients
-from otafl.fl.local import ALGORITHMS, LocalSteps
-from otafl.fl.loop import account_facts, round_facts
-from otafl.fl.round import AGGREGATORS
+from otafl.fl.accounting import account_facts
+from otafl.fl.aggregations import build_aggregation
+from otafl.fl.local import LocalSteps
+from otafl.fl.strategies import ALGORITHMS
 from otafl.privacy.accountants import ACCOUNTANTS
 from otafl.privacy.empirical import CONFIDENCE, empirical_epsilon
 from otafl.progress import Progress, Tally
@@ -88,12 +87,8 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
     local = ALGORITHMS[tr.algorithm].local
     plan = build_channel(spec, dim=d, device=dev, generators=make_generators(tr.seed, dev))
     h, p, setup = plan.h[0], plan.p[0], plan.setup
-    aggregate, digital = AGGREGATORS[tr.aggregation], None
-    if tr.aggregation == "digital":
-        from otafl.fl.digital import build_digital
-
-        digital = build_digital(spec, dim=d, power=setup.power, n0=spec.channel.n0)
-        aggregate = functools.partial(aggregate, digital=digital)
+    aggregation = build_aggregation(spec, dim=d, setup=setup)  # the loop's own strategy
+    digital = aggregation.digital
     estimate = ESTIMATORS[spec.estimator.kind]
     target = int(torch.argmax(p))  # the most likely participant: its record is used most
     recs = audit_records(users=K, records=audit.records if local else 1, dim=d, canary=c, target=target,
@@ -107,7 +102,7 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
     fedsgd_grads = {}
     if local:
         facts_steps = _local_steps(spec, audit, recs.x, recs.y, recs.index_present, recs.counts, gens)
-        step_facts = facts_steps.step_facts(credit_transmit_noise=tr.aggregation == "ota")  # as the loop
+        step_facts = facts_steps.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise)  # as the loop
     else:
         w0 = torch.zeros(d, dtype=torch.float64, device=dev)
         for present in (True, False):
@@ -143,7 +138,7 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
                     offset += n_act
                 else:
                     grads = StackedGradients(fedsgd_grads[present][active])
-                agg = aggregate(grads, h, active, setup, gens["noise"], superposition=tr.superposition)
+                agg = aggregation.round(grads, h, active, gens["noise"])
                 if first_agg is None:
                     first_agg = agg
                 if audit.scope == "local":
@@ -158,8 +153,8 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
     tally.finish()
 
     sensitivity = 2.0 * tx.clip
-    facts = round_facts(spec, first_agg, p * first_agg.eligible.to(p.dtype), setup, digital,
-                        sensitivity=sensitivity, dim=d, step_facts=step_facts)
+    facts = aggregation.facts(first_agg, p * first_agg.eligible.to(p.dtype), sensitivity=sensitivity,
+                              step_facts=step_facts)
     extra = (SUMDOM,) if local and SUMDOM in ACCOUNTANTS else ()
     privacy, note = account_facts(spec, [facts], digital, extra=extra)
     names = list(privacy)
