@@ -404,6 +404,9 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
     is a folder, a file that is not an otafl results file, one locked by another sweep, or
     one that cannot be written: one-line :class:`OtaflInputError`.
     """
+    from otafl.results import check_path_fits
+
+    check_path_fits(path, "results file")
     p = Path(path)
     if p.is_dir():
         raise OtaflInputError(f"results path {str(p)!r} is a folder; give a file name such as results.sqlite")
