@@ -219,6 +219,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if "=" not in text:
         raise OtaflInputError(f"--set {text!r} must look like section.key=value")
     dotted, raw = text.split("=", 1)
+    if any(ch in raw for ch in "\n\r\x00"):
+        raise OtaflInputError(f"--set {text!r}: the value holds a line break or NUL; give it on one line")
     if dotted.count(".") != 1:
         raise OtaflInputError(f"--set key {dotted!r} must look like section.key")
     section, key = (s.strip() for s in dotted.split("."))

@@ -156,6 +156,10 @@ def validate(spec: Spec) -> None:
             raise OtaflInputError(f"privacy.delta_prime = {pv.delta_prime!r} must be 'auto' or a number in (0, 1)")
     else:
         check_range("privacy.delta_prime", pv.delta_prime, 0, 1, lo_open=True, hi_open=True)
+    if not isinstance(pv.accountants, (list, tuple)):
+        raise OtaflInputError(f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. "
+                              f"[{pv.accountants!r}]" if isinstance(pv.accountants, str) else
+                              f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. ['paper']")
     for a in as_list(pv.accountants):  # [] is allowed: a run without privacy accounting
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")

@@ -120,6 +120,11 @@ BAD = [
     (["scaling", "--out", "x" * 300 + ".png"], "over the limit of 255"),
     (["scaling", "--out", "/proc/x.png"], "/proc/x.png"),
     (["--memory-limit", "nan", "bound", "--p", "0.5"], "--memory-limit = nan"),
+    # issue 21: checks that came too late, misleading messages
+    (["run", "spec.toml", "--set", "privacy.accountants='paper'"], "must be a list of names, e.g. ['paper']"),
+    (["run", "spec.toml", "--set", "train.rounds=3\nfoo=1"], "line break"),
+    (["bound", "--p", "0.5", "--delta-target", "1e-5"], "give rounds (--rounds T) too"),
+    (["plot-digital", "store.sqlite", "--out", "fig.png"], "no digital runs"),
     # calibrate
     (["calibrate", "spec.toml", "--target-epsilon", "-1", "--solve", "transmit.sigma2"], "target"),
     (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "model.hidden"], "model.hidden"),
@@ -388,3 +393,23 @@ def test_a_run_whose_model_turns_non_finite_stops_with_one_line_exit_1_and_says_
 def test_plain_otafl_prints_its_help_not_an_error_line():
     res = CliRunner().invoke(cli, [])
     assert res.exit_code == 0 and res.stdout.startswith("Usage:") and "Commands:" in res.stdout
+
+
+DIGITAL = SPEC.replace('accountants = ["paper"]', 'accountants = ["digital"]').replace(
+    "[train]", '[train]\naggregation = "digital"')
+
+
+def test_calibrating_a_knob_that_a_digital_run_ignores_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "d.toml").write_text(DIGITAL)
+    _assert_refused(tmp_path, monkeypatch, ["calibrate", "d.toml", "--target-epsilon", "5", "--solve",
+                                            "transmit.sigma2"], "a digital run ignores it")
+
+
+def test_a_digital_run_whose_every_round_overflows_exits_1_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.toml").write_text(DIGITAL)
+    res = CliRunner().invoke(cli, ["run", "d.toml", "--set", "digital.mechanism='skellam'", "--set",
+                                   "digital.scale=1e15", "--out", "r", "--quiet"])
+    assert res.exit_code == 1, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "overflowed 2^digital.bits in all 2 rounds" in lines[0], res.stderr

@@ -271,6 +271,9 @@ def _check_inputs(spec: Spec, knob: str, target_epsilon: float, target_delta: fl
     if knob not in KNOBS:
         raise OtaflInputError(f"knob = {knob!r} is outside the allowed range {{{', '.join(KNOBS)}}}")
     k = KNOBS[knob]
+    if knob == "transmit.sigma2" and spec.train.aggregation == "digital":
+        raise OtaflInputError("knob = 'transmit.sigma2' is outside the allowed range for train.aggregation = "
+                              "'digital' (a digital run ignores it: its noise is digital.sigma2)")
     check_range("target_epsilon", target_epsilon, 0.0, math.inf, lo_open=True, hi_open=True)
     if target_delta is not None:
         check_range("target_delta", target_delta, 0.0, 1.0, lo_open=True, hi_open=True)

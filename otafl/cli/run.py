@@ -59,6 +59,12 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
         for bar in bars:
             bar.close()
     click.echo(run_text(result.summary, cfg.privacy.accountants, out_dir), nl=False)
+    overflowed, rounds = result.summary.get("overflow_rounds"), result.summary.get("rounds")
+    if overflowed and rounds and overflowed >= rounds:
+        click.echo(f"error: the digital sum overflowed 2^digital.bits in all {rounds} rounds, so the model never "
+                   f"moved (digital.scale = {cfg.digital.scale!r} with digital.bits = {cfg.digital.bits}); lower "
+                   f"digital.scale or use 'auto'; see {out_dir}/summary.json", err=True)
+        raise SystemExit(1)
     at = result.summary.get("diverged_at_round")
     if at is not None:
         click.echo(f"error: training diverged at round {at} of {cfg.train.rounds} (the loss or the model became "

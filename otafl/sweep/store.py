@@ -331,10 +331,13 @@ def _not_ours(path: Path, why: str) -> OtaflInputError:
     return OtaflInputError(f"{str(path)!r} is not an otafl results file ({why}); choose another path")
 
 
-def _sqlite_error(path: Path, e: sqlite3.Error) -> OtaflInputError:
+def _sqlite_error(path: Path, e: sqlite3.Error, reading: bool = False) -> OtaflInputError:
     msg = " ".join(str(e).split())
     if "locked" in msg or "busy" in msg:
         return _locked(path)
+    if reading and ("readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk I/O" in msg):
+        return OtaflInputError(f"results file {str(path)!r} cannot be read ({msg}); a store in a read-only folder "
+                               f"needs its -wal and -shm files beside it, or copy it to a writable folder")
     if "full" in msg:
         return OtaflInputError(f"results file {str(path)!r} cannot be written ({msg}); free some space or "
                                f"choose another --out path")
@@ -493,7 +496,7 @@ def read_store(path: str | Path) -> ResultStore:
         return ResultStore(p, conn)
     except sqlite3.Error as e:
         _close(conn, None)
-        raise _sqlite_error(p, e) from None
+        raise _sqlite_error(p, e, reading=True) from None
     except BaseException:
         _close(conn, None)
         raise
