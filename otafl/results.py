@@ -235,6 +235,47 @@ def discard_run_dir(created: list[Path]) -> None:
             break
 
 
+STAGE_MARK = ".partial-"
+
+
+def stage_run_dir(out_dir: str | Path) -> Path:
+    """A hidden sibling folder ``.NAME.partial-PID`` where a new run writes its files, renamed
+    to ``out_dir`` when they are complete (:func:`publish_run_dir`); so a killed run never
+    leaves a half-written ``out_dir``. Stale stages of dead processes are removed first."""
+    out = Path(out_dir)
+    prefix = f".{out.name}{STAGE_MARK}"
+    for old in out.parent.glob(f"{glob_escape(prefix)}*"):
+        pid = old.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    stage = out.parent / f"{prefix}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    return stage
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def publish_run_dir(stage: Path, out_dir: str | Path) -> None:
+    """Rename the complete ``stage`` to ``out_dir`` (which must not exist, or be empty)."""
+    out = Path(out_dir)
+    with contextlib.suppress(OSError):
+        out.rmdir()  # an empty folder made meanwhile
+    os.rename(stage, out)
+
+
 def read_summary(path: str | Path) -> dict:
     with open(path, encoding="utf-8") as fh:
         return unjson(json.load(fh))

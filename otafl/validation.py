@@ -219,9 +219,9 @@ def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
         raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for pbm with {K} users "
                               f"[{K.bit_length()}, 48] (each sum of K counts must fit in 2^bits)")
     check_range("digital.sigma2", dg.sigma2, 0, None)
-    from otafl.fl.digital import SCALED
+    from otafl.fl.strategies import SCALED_MECHANISMS
 
-    if dg.mechanism in SCALED and dg.scale == "auto" and (1 << (dg.bits - 1)) - 1 - K <= 0:
+    if dg.mechanism in SCALED_MECHANISMS and dg.scale == "auto" and (1 << (dg.bits - 1)) - 1 - K <= 0:
         raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for {dg.mechanism} with {K} "
                               f"users [{(K + 1).bit_length() + 1}, 48] (the sum of K values needs 2^(bits-1) > K + 1)")
     _auto_or("digital.scale", dg.scale, 0, None, lo_open=True)

@@ -337,7 +337,7 @@ def take_notes() -> list[str]:
     return out
 
 
-def pld_points(rounds) -> float:
+def pld_points(rounds, gap: float) -> float:
     """Estimated loss-grid points of the composed PLD of (StepRound, count) pairs (about 2x
     the measured sizes): the loss range of n Gaussian(z) steps after tail truncation,
     sum 1/(2 z^2) + 10 sqrt(sum 1/z^2), plus one step's range (1 + 20 z) / (2 z^2) + 1."""
@@ -348,13 +348,13 @@ def pld_points(rounds) -> float:
                 mean += n / (2.0 * z * z)
                 var += n / (z * z)
                 step = max(step, (1.0 + 20.0 * z) / (2.0 * z * z) + 1.0)
-    return (mean + 10.0 * math.sqrt(var) + step) / _discretization()
+    return (mean + 10.0 * math.sqrt(var) + step) / gap
 
 
-def step_points(rounds) -> float:
+def step_points(rounds, gap: float) -> float:
     """Loss-grid points of the widest single step among the (StepRound, count) pairs."""
     zs = [z for r, _ in rounds for z in (r.noise_multiplier, r.last) if z > 0 and not math.isinf(z)]
-    return max(((1.0 + 20.0 * z) / (2.0 * z * z) + 1.0 for z in zs), default=0.0) / _discretization()
+    return max(((1.0 + 20.0 * z) / (2.0 * z * z) + 1.0 for z in zs), default=0.0) / gap
 
 
 _MEMORY_BUDGET: list[float] = []
@@ -371,20 +371,14 @@ def pld_cap() -> float:
     return min([MAX_PLD_POINTS] + [b / PLD_BYTES_PER_POINT for b in _MEMORY_BUDGET])
 
 
-def _discretization() -> float:
-    from otafl.privacy.analysis.steps import PLD_DISCRETIZATION
-
-    return PLD_DISCRETIZATION
-
-
-def pld_fits(rounds) -> bool:
+def pld_fits(rounds, gap: float) -> bool:
     """Whether the PLD of the (StepRound, count) pairs fits under :func:`pld_cap`; if not, the
     fallback to ``rdp`` is noted (:func:`take_notes`) and False returned."""
-    points, cap = pld_points(rounds), pld_cap()
-    if points <= cap and step_points(rounds) <= MAX_STEP_POINTS:
+    points, cap = pld_points(rounds, gap), pld_cap()
+    if points <= cap and step_points(rounds, gap) <= MAX_STEP_POINTS:
         return True
     if points <= cap:
-        _NOTES.append(f"steps: one step's PLD would have about {step_points(rounds):.2g} grid points (small step "
+        _NOTES.append(f"steps: one step's PLD would have about {step_points(rounds, gap):.2g} grid points (small step "
                       f"noise), over the cap of {MAX_STEP_POINTS:.2g}; composed with rdp instead (an upper bound, "
                       f"looser than pld)")
         return False

@@ -402,7 +402,7 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
         return 0.0
     if any(r.open for r, _ in active):
         return math.inf
-    if composition == "pld" and not pld_fits(active):
+    if composition == "pld" and not pld_fits(active, PLD_DISCRETIZATION):
         composition = "rdp"
     if composition == "pld":
         from otafl.privacy.analysis.pld import compose_counted, epsilon_for_delta
@@ -417,7 +417,7 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
 def round_epsilon(r: StepRound, delta: float, composition: str = "pld") -> float:
     """eps at ``delta`` of a single round (:func:`compose_epsilon` of one round), memoised
     (``pld`` falls back to ``rdp`` where the PLD would be too large, :func:`pld_fits`)."""
-    if composition == "pld" and not r.silent and not r.open and not pld_fits([(r, 1)]):
+    if composition == "pld" and not r.silent and not r.open and not pld_fits([(r, 1)], PLD_DISCRETIZATION):
         composition = "rdp"
     return _round_epsilon(r, delta, composition)
 
