@@ -85,6 +85,7 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
     if out is None:
         out = os.path.join("runs", f"{Path(spec).stem}.sqlite")
     store = open_store(out, resume=resume, grid=grid_identity(sweep_spec, points))
+    interrupted = False
     try:
         try:
             report = run_sweep(store, points, workers=workers, device=device, progress=not quiet,
@@ -93,6 +94,7 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
         except SweepAborted as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
+            interrupted = True  # its runs in flight stay `running` for --resume
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: this same line and exit code
             _forget_caught_interrupt()
@@ -100,7 +102,10 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
             ctx.exit(130)
         done = len(points) - len(pending_points(store, points))  # grid points done: never above the grid size
     finally:
-        discard_if_empty(store)  # a sweep that ended before its first result leaves no file
+        if interrupted:
+            store.close()
+        else:
+            discard_if_empty(store)  # a sweep that failed before its first result leaves no file
     click.echo(f"{report.done} runs done, {report.skipped} skipped (already done), {report.failed} failed "
                f"in {report.wall_seconds:.1f} s; {done} of {report.total} grid points done -> {out}")
     if report.failed:
