@@ -176,10 +176,7 @@ def _layer(module: str) -> int:
 
 
 def test_the_import_graph_has_no_cycle():
-    # sweep.executor starts the Ray executor, which reuses the executor's worker helpers: the
-    # one cycle left (noted in the issue tracker), listed here so that no other appears
-    known = [["otafl.sweep.executor", "otafl.sweep.ray_executor"]]
-    assert [c for c in _cycles(_graph()) if c not in known] == []
+    assert _cycles(_graph()) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
