@@ -150,6 +150,9 @@ def validate(spec: Spec) -> None:
             raise OtaflInputError(f"privacy.delta_prime = {pv.delta_prime!r} must be 'auto' or a number in (0, 1)")
     else:
         check_range("privacy.delta_prime", pv.delta_prime, 0, 1, lo_open=True, hi_open=True)
+    if isinstance(pv.delta_total, str):
+        raise OtaflInputError(f"privacy.delta_total = {pv.delta_total!r} is outside the allowed range (0, 1)")
+    check_range("privacy.delta_total", pv.delta_total, 0, 1, lo_open=True, hi_open=True)
     for a in as_list(pv.accountants):  # [] is allowed: a run without privacy accounting
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")

@@ -63,8 +63,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     gradients and leaves the model untouched: the privacy accounting of the run, fast
     (sweeps with ``train = false``). Accuracy and loss are then NaN.
     ``on_round`` is called with each round's record (progress bars, live logs).
-    ``delta_target`` fixes the total delta of the composed totals (default: each
-    accountant's own, see :func:`otafl.privacy.accountants.account_run`).
+    ``delta_target`` overrides ``privacy.delta_total``, the one delta at which every
+    accountant states its totals over the run (:func:`otafl.privacy.accountants.account_run`).
     Returns the run summary (JSON-able) and one record per round.
     """
     t0 = time.perf_counter()
@@ -209,6 +209,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                                   if not math.isnan(r["train_loss"])), math.nan),
         "max_power_ratio": max([r["max_power_ratio"] for r in records] + ([warm.max_power_ratio] if warm else [])),
         "delta_l": spec.privacy.delta_l,
+        "delta_total": spec.privacy.delta_total if delta_target is None else delta_target,
         **_cost_summary(records, digital),
         **({"privacy_note": privacy_note} if privacy_note else {}),
         **privacy.summary_fields(),
@@ -243,9 +244,10 @@ def _account(spec: Spec, facts: list[RoundFacts], digital, delta_target: float |
         others = []
     names = own + others  # the run-level composers first, as before
     dg = spec.digital
+    target = spec.privacy.delta_total if delta_target is None else delta_target
     result = account_run(facts, accountants=names, delta_l=spec.privacy.delta_l,
-                         delta_prime=spec.privacy.delta_prime, delta_target=delta_target,
-                         digital_delta_total=None if dg.delta_total == "auto" else float(dg.delta_total))
+                         delta_prime=spec.privacy.delta_prime, delta_target=target,
+                         digital_delta_total=target if dg.delta_total == "auto" else float(dg.delta_total))
     return result, note
 
 

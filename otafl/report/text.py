@@ -14,7 +14,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any, Sequence
+
+from otafl.privacy.accountants.result import delta_too_large
 
 from otafl.results import jsonable
 
@@ -194,16 +197,23 @@ def run_text(summary: dict, accountants, out_dir) -> str:
     if s.get("channel_uses_per_round") == s.get("channel_uses_per_round") is not None:  # reported, not NaN
         lines.append(f"  uplink: {s['channel_uses_per_round']:.4g} channel uses and {s['energy_per_round']:.4g} "
                      f"energy per round, {s['outages_per_round']:.3g} outages per round")
+    users = s.get("users")
     for name in list(accountants) + [a for a in ("steps", "steps-sumdom", "digital") if a not in accountants]:
         if f"{name}_epsilon_central" in s:
-            lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
-                         f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
-                         f"eps_central {s[f'{name}_epsilon_central_total']:.4g} ({s.get(f'{name}_composition', '')})"
+            d_round, d_total = s.get(f"{name}_delta_central", math.nan), s.get(f"{name}_delta_central_total", math.nan)
+            big = [w for w, d in (("per-round", d_round), ("total", d_total)) if delta_too_large(d, users)]
+            lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.3g}, "
+                         f"eps_central {s[f'{name}_epsilon_central']:.3g} at delta {d_round:.3g}; over the run "
+                         f"eps_central {s[f'{name}_epsilon_central_total']:.3g} at delta {d_total:.3g} "
+                         f"({s.get(f'{name}_composition', '')})"
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: sum-domination over local steps; not a guaranteed bound]"
                             if name == "steps-sumdom" else
                             "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
-                            "not a guaranteed bound]"))
+                            "not a guaranteed bound]")
+                         + (f"  [flagged: {' and '.join(big)} delta above 1/K = {1 / users:.3g}]" if big else ""))
+            if s.get(f"{name}_total_reason"):
+                lines.append(f"    {s[f'{name}_total_reason']}")
     if s.get("privacy_note"):
         lines.append(f"  note: {s['privacy_note']}")
     return "\n".join(lines) + "\n"

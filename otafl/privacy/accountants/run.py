@@ -28,7 +28,7 @@ from otafl.privacy.accountants.exact_run import (
     run_row_keys,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS, get_accountant
-from otafl.privacy.accountants.result import AccountantResult, PrivacyResult
+from otafl.privacy.accountants.result import AccountantResult, PrivacyResult, unreachable_reason
 from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
@@ -182,6 +182,7 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
         reason = 0
         for code in bound.reason.tolist():
             reason |= int(code)
+        total_reason = _unreached(bound, totals, delta_target)
         results[name] = AccountantResult(
             name=name,
             epsilon_local_max=float(bound.epsilon_local.max()),
@@ -199,8 +200,25 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
             classic_valid=bool((bound.classic_valid & bound.classic_valid_local).all()),
             epsilon_central_per_round=tuple(float(v) for v in bound.epsilon_central.tolist()),
             epsilon_local_per_round=tuple(float(v) for v in bound.epsilon_local.tolist()),
+            total_reason=total_reason,
         )
     return PrivacyResult(results)
+
+
+def _unreached(bound: RoundBound, totals: dict, delta_target: float | None) -> str:
+    """Why a paper/tight total is +inf at ``delta_target`` although every round is finite:
+    central, the concentration events sum_t delta'_t (charged outside the composition);
+    local, the per-round deltas (only basic/advanced compose them)."""
+    if delta_target is None:
+        return ""
+    out = []
+    if not math.isfinite(float(totals["epsilon_central_total"])) and bool(torch.isfinite(bound.epsilon_central).all()):
+        tails = float(torch.broadcast_to(bound.delta_prime, bound.epsilon_central.shape).sum())
+        out.append(unreachable_reason("central", tails, delta_target, "concentration tails sum_t delta'_t"))
+    if not math.isfinite(float(totals["epsilon_local_total"])) and bool(torch.isfinite(bound.epsilon_local).all()):
+        out.append(unreachable_reason("local", float(bound.delta_local.sum()), delta_target,
+                                      "per-round deltas sum_t delta_t"))
+    return "; ".join(out)
 
 
 def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_target: float | None,
@@ -275,7 +293,7 @@ def exact_total(facts: Sequence[RoundFacts], kind: str, *, delta_l: float, delta
     else:
         eps_pld = compose_exact_rounds(keys, delta_target=target)["epsilon"]
     total, how, total_delta = eps_pld, "pld", target
-    if eps_basic < eps_pld:
-        total, how, total_delta = eps_basic, "basic", delta_basic
+    if eps_basic < eps_pld:  # stated at the target when one is given (basic's sum is below it)
+        total, how, total_delta = eps_basic, "basic", delta_basic if delta_target is None else target
     return {"per_round": eps, "epsilon": total, "delta": total_delta,
             "composition": how if math.isfinite(total) else "none"}
