@@ -28,9 +28,9 @@ def _knob_help() -> str:
               help="Target total epsilon over the spec's train.rounds rounds.")
 @click.option("--solve", "knob", type=click.Choice(list(KNOBS)), required=True,
               help=f"The spec value to solve for ({_knob_help()}).")
-@click.option("--target-delta", "target_delta", type=float, default=None,
-              help="Total delta at which the totals are composed [default: the run's own total delta, "
-                   "as `otafl run` reports it: sum of the per-round deltas + privacy.delta_l].")
+@click.option("--delta-total", "--target-delta", "target_delta", type=float, default=None,
+              help="The one delta of the totals the target epsilon is solved at [default: the spec's "
+                   "privacy.delta_total, 1e-5 unless set; docs/privacy.md#delta-total].")
 @click.option("--accountant", type=click.Choice(accountant_names()), default=None,
               help="Accountant [default: the spec's first privacy.accountants entry].")
 @click.option("--scope", type=click.Choice(SCOPES), default="central", show_default=True,
