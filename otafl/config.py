@@ -152,7 +152,49 @@ class Spec:
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory().__class__ for f in dataclasses.fields(Spec)}
-NON_RUN_SECTIONS = ("sweep",)  # read by other modules; ignored here
+NON_RUN_SECTIONS = ("sweep", "audit")  # read by other modules (otafl.sweep, load_audit_spec); ignored here
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """``[audit]``: the end-to-end audit of ``otafl audit-run`` (docs/privacy.md#auditing); not
+    part of a run's :class:`Spec` (a run ignores it)."""
+
+    co_users: str = "null"  # null | noise-cancelling (local steps with q = 1)
+    canary: int = 0  # the canary coordinate c in [0, dim)
+    trials: int = 20000  # rounds run per neighbouring data set
+    scope: str = "central"  # central: the released update | local: what the server receives from the target
+    seed: int = 0  # seed of the trials' coins, noise and record sampling (the channel comes from train.seed)
+    dim: int = 4  # d, the least-squares model's dimension
+    records: int = 50  # D_k, records per user (local steps; fedsgd users hold one)
+
+
+def load_audit_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Spec, AuditSpec]:
+    """The run spec and the ``[audit]`` section of a spec file; ``--set audit.KEY=VALUE`` overrides
+    the latter, the other ``--set`` values the run spec (:func:`load_spec`)."""
+    from otafl.validation import validate_audit
+
+    raw = read_toml(path) if path is not None else {}
+    body = raw.get("audit", {})
+    if not isinstance(body, dict):
+        raise OtaflInputError(f"[audit] must be a table, found {body!r}")
+    body = dict(body)
+    rest = []
+    for text in overrides:
+        section, key, value = parse_override(text)
+        if section == "audit":
+            body[key] = value
+        else:
+            rest.append(text)
+    names = {f.name for f in dataclasses.fields(AuditSpec)}
+    for key in body:
+        if key not in names:
+            raise OtaflInputError(f"unknown key audit.{key}; allowed: {', '.join(sorted(names))}")
+    audit = AuditSpec(**{k: _coerce("audit", k, v, AuditSpec) for k, v in body.items()})
+    base = Path(path).resolve().parent if path is not None else None
+    spec = spec_from_mapping(raw, base_dir=base, overrides=rest)
+    validate_audit(spec, audit)
+    return spec, audit
 
 
 # --------------------------------------------------------------------------- loading
@@ -306,6 +348,8 @@ _TYPES = {
     ("data", "users"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
     ("train", "seed"): int, ("train", "local_steps"): int, ("digital", "bits"): int,
+    ("audit", "canary"): int, ("audit", "trials"): int, ("audit", "seed"): int, ("audit", "dim"): int,
+    ("audit", "records"): int,
 }
 _AUTO_NUMBERS = ("delta_prime", "scale", "delta_total", "theta")  # keys that take a number or "auto"
 

@@ -35,10 +35,8 @@ def registries() -> dict[str, Any]:
     from otafl.data import DATASETS, SPLITS
     from otafl.device import DEVICES
     from otafl.estimate import ESTIMATORS
-    from otafl.fl.local import ALGORITHMS
-    from otafl.fl.digital import MECHANISMS
     from otafl.fl.optim import OPTIMIZERS
-    from otafl.fl.round import AGGREGATORS, SUPERPOSITIONS
+    from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, SUPERPOSITIONS
     from otafl.models import MODELS
     from otafl.privacy.accountants import ACCOUNTANTS
     from otafl.sampling import SAMPLING_SCHEMES, SCHEDULES
@@ -47,7 +45,7 @@ def registries() -> dict[str, Any]:
     return {
         "data.name": DATASETS, "data.split": SPLITS, "model.name": MODELS, "channel.fading": FADING_MODELS,
         "transmit.alignment": ALIGNMENT_POLICIES, "sampling.scheme": SAMPLING_SCHEMES,
-        "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATORS,
+        "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATIONS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
         "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS, "digital.mechanism": MECHANISMS,
         "digital.access": ACCESS_SCHEMES,
@@ -217,3 +215,34 @@ def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
     check_range("digital.clip_prob", dg.clip_prob, 0, 1, lo_open=True, hi_open=True)
     check_range("digital.min_rate", dg.min_rate, 0, None)
     _auto_or("digital.delta_total", dg.delta_total, 0, 1, lo_open=True, hi_open=True)
+
+
+AUDIT_SCOPES = ("central", "local")
+MAX_AUDIT_TRIALS = 10_000_000
+
+
+def validate_audit(spec: Spec, audit) -> None:
+    """The ``[audit]`` section of ``otafl audit-run`` against its run spec (docs/privacy.md#auditing)."""
+    from otafl.fl.least_squares import CO_USERS
+
+    _names("audit.co_users", audit.co_users, CO_USERS)
+    _names("audit.scope", audit.scope, AUDIT_SCOPES)
+    check_range("audit.trials", audit.trials, 2, MAX_AUDIT_TRIALS)
+    check_range("audit.seed", audit.seed, 0, 2**32 - 1)
+    check_range("audit.dim", audit.dim, 1, 4096)
+    check_range("audit.canary", audit.canary, 0, audit.dim - 1)
+    check_range("audit.records", audit.records, 1, 100_000)
+    if spec.train.rounds != 1:
+        raise OtaflInputError(f"train.rounds = {spec.train.rounds} is outside the allowed range [1, 1] for "
+                              "audit-run (it audits one round)")
+    if spec.train.aggregation == "ideal":
+        raise OtaflInputError("train.aggregation = 'ideal' has no noise to audit; choose 'ota' or 'digital'")
+    if spec.train.scaffold_warm_start:
+        raise OtaflInputError("train.scaffold_warm_start = true is not audited by audit-run (one round, no warm start)")
+    local = spec.train.algorithm != "fedsgd"
+    if audit.co_users == "noise-cancelling":
+        if not local:
+            raise OtaflInputError("audit.co_users = 'noise-cancelling' needs train.algorithm = 'fedavg' or 'scaffold'")
+        if spec.train.record_sampling != 1.0:
+            raise OtaflInputError(f"train.record_sampling = {spec.train.record_sampling!r} is outside the allowed "
+                                  "range [1, 1] for audit.co_users = 'noise-cancelling' (every step sees every record)")

@@ -65,7 +65,7 @@ def cli(threads: int, memory_limit: float | None) -> None:
 
 #: Command name -> the module of otafl/cli that defines it (a function of the same name).
 COMMANDS = {"run": "run", "bound": "bound", "scaling": "scaling", "sweep": "sweep", "table": "table",
-            "plot": "plot", "audit": "audit", "plot-accountants": "accountants", "calibrate": "calibrate",
+            "plot": "plot", "audit": "audit", "audit-run": "audit_run", "plot-accountants": "accountants", "calibrate": "calibrate",
             "plot-digital": "digital"}
 
 
