@@ -148,3 +148,13 @@ def test_batched_draws_are_the_stream_of_one_call():
                                                rounds=1, adversary="hidden", confidence=0.95, tally=Tally(None, 3))
     assert torch.equal(hits, ref.hits) and torch.equal(lower, ref.lower) and torch.equal(upper, ref.upper)
     assert delta.tolist() == pytest.approx(ref.delta.tolist(), rel=1e-12)
+
+
+def test_audit_batches_keep_their_freed_buffers_and_give_the_same_numbers():
+    from otafl.heap import retained_heap
+
+    kw = dict(SMALL, samples=300, accountants=["tight"])
+    plain = audit_grid(**kw)
+    with retained_heap():  # nested use and the defaults restored on exit are harmless
+        kept = audit_grid(**kw)
+    assert plain == kept

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from otafl.api.bound import bound_grid
+from otafl.heap import retained_heap
 from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
 from otafl.errors import OtaflInputError, check_range
@@ -53,14 +54,15 @@ def _audit_batches(spec: RoundSpec, eps: torch.Tensor, *, samples: int, generato
     """``audit_round`` in batches of :data:`AUDIT_BATCH` draws (``rounds`` units each on
     ``tally``): (delta, lower, upper, hits), as one call gives them."""
     done, hits, total_y = 0, None, None
-    while done < samples:
-        size = min(AUDIT_BATCH, samples - done)
-        res = audit_round(spec, eps, samples=size, generator=generator, rounds=rounds, adversary=adversary,
-                          confidence=confidence)
-        hits = res.hits if hits is None else hits + res.hits
-        total_y = res.delta * size if total_y is None else total_y + res.delta * size
-        done += size
-        tally.advance(rounds)
+    with retained_heap():  # the batches' buffers are reused, not unmapped and faulted in again (otafl/heap.py)
+        while done < samples:
+            size = min(AUDIT_BATCH, samples - done)
+            res = audit_round(spec, eps, samples=size, generator=generator, rounds=rounds, adversary=adversary,
+                              confidence=confidence)
+            hits = res.hits if hits is None else hits + res.hits
+            total_y = res.delta * size if total_y is None else total_y + res.delta * size
+            done += size
+            tally.advance(rounds)
     lower, upper = clopper_pearson(hits, samples, confidence)
     return total_y / samples, lower, upper, hits
 
