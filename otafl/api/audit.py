@@ -30,6 +30,7 @@ from otafl.api.bound import bound_grid
 from otafl.heap import retained_heap
 from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
+from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
 from otafl.privacy.accountants import exact_round, exact_total
@@ -120,6 +121,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         raise OtaflInputError(f"adversary = {adversary!r} is outside the allowed range "
                               f"{{{', '.join(ADVERSARIES)}}}")
     check_range("confidence", confidence, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
     scopes = ["central", "local"] if scope == "both" else [scope]
     horizons = [1] + ([rounds] if rounds is not None else [])

@@ -42,6 +42,7 @@ import torch
 
 from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import MAX_EXACT_INT, bound_bytes, check_memory
+from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import (
     REASONS,
@@ -274,6 +275,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     ``fading_rounds`` drawn, ``evaluated_rounds`` and, without ``rounds``, the index of the
     ``worst_round``).
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
     accountants = check_accountants(accountants)
     for value in p:

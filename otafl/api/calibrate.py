@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from otafl.device import default_threads
 from otafl.config import Spec
 from otafl.validation import validate
 from otafl.errors import MAX_SCALE, OtaflInputError, check_range
@@ -314,6 +315,7 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     Returns a :class:`CalibrationResult`; raises :class:`CalibrationInfeasible` when no
     value in the range meets the target and :class:`OtaflInputError` on bad input.
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     k, accountant = _check_inputs(spec, knob, target_epsilon, target_delta, accountant, scope, grid_points, tol)
     target_delta = spec.privacy.delta_total if target_delta is None else target_delta
     lo, hi = _resolve_range(k, spec, value_range)

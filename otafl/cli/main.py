@@ -58,7 +58,10 @@ def cli(threads: int, memory_limit: float | None) -> None:
 
     import torch
 
+    from otafl.device import threads_chosen
+
     torch.set_num_threads(threads)
+    threads_chosen()
     if memory_limit is not None:  # the environment carries it to sweep workers too
         os.environ[MEMORY_ENV] = repr(memory_limit)
 

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from otafl.config import Spec
+from otafl.device import default_threads
 from otafl.estimate import ESTIMATORS
 from otafl.fl.accounting import account_facts
 from otafl.fl.aggregations import build_aggregation
@@ -68,6 +69,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     accountant states its totals over the run (:func:`otafl.privacy.accountants.account_run`).
     Returns the run summary (JSON-able) and one record per round.
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     t0 = time.perf_counter()
     run = build_run(spec, device=device)
     dev, gens, data, model, dim = run.device, run.generators, run.data, run.model, run.dim
