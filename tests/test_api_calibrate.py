@@ -195,3 +195,10 @@ def test_write_spec_is_atomic_and_refuses_an_existing_file(tmp_path, tiny):
     write_spec(path, KNOBS["transmit.clip"].apply(tiny, 0.25), ["second"], overwrite=True)
     assert load_spec(path).transmit.clip == 0.25
     assert [p.name for p in tmp_path.iterdir()] == ["out.toml"]
+
+
+def test_progress_is_called_once_per_bounds_only_run(tiny):
+    calls = []
+    r = calibrate(tiny, knob="transmit.sigma2", target_epsilon=30.0, accountant="tight", tol=1e-1, grid_points=4,
+                  progress=lambda done, total: calls.append((done, total)))
+    assert [d for d, _ in calls] == list(range(1, r.evaluations + 1)) and all(t > d or t >= 4 for d, t in calls)

@@ -295,7 +295,8 @@ def _fmt(v: float) -> str:
 
 def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: float | None = None,
               accountant: str | None = None, scope: str = "central", grid_points: int = 12,
-              value_range: Sequence[float] | None = None, tol: float = 1e-3) -> CalibrationResult:
+              value_range: Sequence[float] | None = None, tol: float = 1e-3,
+              progress=None) -> CalibrationResult:
     """Solve for ``knob`` so that the run's total epsilon is at most ``target_epsilon``.
 
     Parameters
@@ -311,6 +312,8 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     value_range : (lo, hi) inside the knob's allowed range; default per knob.
     tol : bisection tolerance, relative for log knobs (sigma2, rounds, clip), absolute for
         linear ones (p; snr_db in dB); integers (rounds) are refined to adjacent values.
+    progress : called as ``progress(done, total)`` after each bounds-only run (``total``
+        grows past ``grid_points`` as the bisection goes on).
 
     Returns a :class:`CalibrationResult`; raises :class:`CalibrationInfeasible` when no
     value in the range meets the target and :class:`OtaflInputError` on bad input.
@@ -326,6 +329,8 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     def summary_at(value: float) -> dict:
         if value not in cache:
             cache[value] = bounds_only_summary(k.apply(base, value), delta_target=target_delta)
+            if progress is not None:  # the grid first, then each bisection step (total grows as it goes)
+                progress(len(cache), max(int(grid_points), len(cache) + 1))
         return cache[value]
 
     def epsilon_at(value: float) -> float:
