@@ -160,6 +160,9 @@ def validate(spec: Spec) -> None:
         raise OtaflInputError(f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. "
                               f"[{pv.accountants!r}]" if isinstance(pv.accountants, str) else
                               f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. ['paper']")
+    if isinstance(pv.delta_total, str):
+        raise OtaflInputError(f"privacy.delta_total = {pv.delta_total!r} is outside the allowed range (0, 1)")
+    check_range("privacy.delta_total", pv.delta_total, 0, 1, lo_open=True, hi_open=True)
     for a in as_list(pv.accountants):  # [] is allowed: a run without privacy accounting
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from otafl.device import default_threads
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import get_accountant
@@ -222,6 +223,7 @@ def scaling_grid(*, k_min: float = 1e2, k_max: float = 1e6, points: int = 41, ex
     fills in the image it writes); ``curves`` is the dict of :func:`scaling_curves`
     (what the figure draws).
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     accountants = check_accountants(accountants)
     check_range("exact_points", exact_points, lo=2)
     grid = log_users(k_min, k_max, points)

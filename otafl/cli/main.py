@@ -63,10 +63,13 @@ def cli(threads: int, memory_limit: float | None) -> None:
 
     import torch
 
+    from otafl.device import threads_chosen
+
     torch.set_num_threads(threads)
     if memory_limit is not None and not memory_limit < float("inf"):
         raise OtaflInputError(f"--memory-limit = {memory_limit!r} is outside the allowed range (0, inf), finite "
                               f"(GiB; also ${MEMORY_ENV})")
+    threads_chosen()
     if memory_limit is not None:  # the environment carries it to sweep workers too
         os.environ[MEMORY_ENV] = repr(memory_limit)
 

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from otafl.config import Spec
+from otafl.device import default_threads
 from otafl.estimate import ESTIMATORS
 from otafl.fl.accounting import account_facts
 from otafl.fl.aggregations import build_aggregation
@@ -64,10 +65,11 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     gradients and leaves the model untouched: the privacy accounting of the run, fast
     (sweeps with ``train = false``). Accuracy and loss are then NaN.
     ``on_round`` is called with each round's record (progress bars, live logs).
-    ``delta_target`` fixes the total delta of the composed totals (default: each
-    accountant's own, see :func:`otafl.privacy.accountants.account_run`).
+    ``delta_target`` overrides ``privacy.delta_total``, the one delta at which every
+    accountant states its totals over the run (:func:`otafl.privacy.accountants.account_run`).
     Returns the run summary (JSON-able) and one record per round.
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     t0 = time.perf_counter()
     run = build_run(spec, device=device)
     dev, gens, data, model, dim = run.device, run.generators, run.data, run.model, run.dim
@@ -153,6 +155,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                                   if not math.isnan(r["train_loss"])), math.nan),
         "max_power_ratio": max([r["max_power_ratio"] for r in records] + ([warm.max_power_ratio] if warm else [])),
         "delta_l": spec.privacy.delta_l,
+        "delta_total": spec.privacy.delta_total if delta_target is None else delta_target,
         **aggregation.summary(records),
         **({"privacy_note": privacy_note} if privacy_note else {}),
         **privacy.summary_fields(),

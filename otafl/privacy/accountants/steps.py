@@ -342,7 +342,8 @@ def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, 
     sigma sqrt(m) (``sum``: every step at sigma sqrt(m)) and local STEPS(1, q, sigma, S),
     each composed T times with ``composition``. Returns [...] tensors
     ``epsilon_central_total``, ``delta_central_total`` (delta_dp + T tail, delta_dp =
-    ``delta_target`` - T tail or delta_l), ``epsilon_local_total``, ``delta_local_total``.
+    ``delta_target`` - T tail or delta_l; +inf where T tail reaches the target),
+    ``epsilon_local_total``, ``delta_local_total`` (at ``delta_target``, or delta_l).
     """
     check_range("rounds", rounds, lo=1)
     _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, 0.0, credit)
@@ -357,14 +358,12 @@ def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, 
                                  sigma.reshape(-1).tolist(), d_l):
         charged = rounds * tl
         delta_dp = dl if delta_target is None else delta_target - charged
-        if delta_dp <= 0:
-            raise OtaflInputError(f"delta_target = {delta_target!r} is outside the allowed range (above the charged "
-                                  f"count tails, {charged:.3g})")
+        d_loc = dl if delta_target is None else delta_target
         central = _central_round(p, record_sampling, sg, mm, sg * math.sqrt(mm), local_steps, user_sampling, credit)
         local = StepRound(1.0 if p > 0 else 0.0, record_sampling, sg, local_steps, "revealed")
         out["epsilon_central_total"].append(compose_epsilon([(central, rounds)], delta=delta_dp,
-                                                            composition=composition))
-        out["delta_central_total"].append(min(1.0, delta_dp + charged))
-        out["epsilon_local_total"].append(compose_epsilon([(local, rounds)], delta=dl, composition=composition))
-        out["delta_local_total"].append(dl if p > 0 else 0.0)
+                                                            composition=composition) if delta_dp > 0 else math.inf)
+        out["delta_central_total"].append(min(1.0, delta_dp + charged) if delta_target is None else delta_target)
+        out["epsilon_local_total"].append(compose_epsilon([(local, rounds)], delta=d_loc, composition=composition))
+        out["delta_local_total"].append(d_loc if p > 0 else 0.0)
     return {k: torch.tensor(v, dtype=torch.float64).reshape(b) for k, v in out.items()}
