@@ -120,14 +120,15 @@ class DigitalSpec:
     clip_prob: float = 1e-6  # probability that a rotated coordinate leaves [-c, c] (sets c)
     access: str = "tdma"  # tdma | ofdma
     min_rate: float = 0.1  # bits per channel use below which a user is in outage
-    delta_total: float | str = "auto"  # delta of the composed epsilons; auto = sum_t p_t delta_l + delta_l
+    delta_total: float | str = "auto"  # delta of digital's composed epsilons; auto = privacy.delta_total
 
 
 @dataclass(frozen=True)
 class PrivacySpec:
     accountants: list[str] = field(default_factory=lambda: ["exact"])  # the tightest sound accountant
-    delta_l: float = 1e-5
+    delta_l: float = 1e-5  # per-round delta of the Gaussian step
     delta_prime: float | str = "auto"  # auto = 2 exp(-2 mu^2 / K) + 1e-5
+    delta_total: float = 1e-5  # the one delta of every accountant's totals over the run (docs/privacy.md)
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,49 @@ class Spec:
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory().__class__ for f in dataclasses.fields(Spec)}
-NON_RUN_SECTIONS = ("sweep",)  # read by other modules; ignored here
+NON_RUN_SECTIONS = ("sweep", "audit")  # read by other modules (otafl.sweep, load_audit_spec); ignored here
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """``[audit]``: the end-to-end audit of ``otafl audit-run`` (docs/privacy.md#auditing); not
+    part of a run's :class:`Spec` (a run ignores it)."""
+
+    co_users: str = "null"  # null | noise-cancelling (local steps with q = 1)
+    canary: int = 0  # the canary coordinate c in [0, dim)
+    trials: int = 20000  # rounds run per neighbouring data set
+    scope: str = "central"  # central: the released update | local: what the server receives from the target
+    seed: int = 0  # seed of the trials' coins, noise and record sampling (the channel comes from train.seed)
+    dim: int = 4  # d, the least-squares model's dimension
+    records: int = 50  # D_k, records per user (local steps; fedsgd users hold one)
+
+
+def load_audit_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Spec, AuditSpec]:
+    """The run spec and the ``[audit]`` section of a spec file; ``--set audit.KEY=VALUE`` overrides
+    the latter, the other ``--set`` values the run spec (:func:`load_spec`)."""
+    from otafl.validation import validate_audit
+
+    raw = read_toml(path) if path is not None else {}
+    body = raw.get("audit", {})
+    if not isinstance(body, dict):
+        raise OtaflInputError(f"[audit] must be a table, found {body!r}")
+    body = dict(body)
+    rest = []
+    for text in overrides:
+        section, key, value = parse_override(text)
+        if section == "audit":
+            body[key] = value
+        else:
+            rest.append(text)
+    names = {f.name for f in dataclasses.fields(AuditSpec)}
+    for key in body:
+        if key not in names:
+            raise OtaflInputError(f"unknown key audit.{key}; allowed: {', '.join(sorted(names))}")
+    audit = AuditSpec(**{k: _coerce("audit", k, v, AuditSpec) for k, v in body.items()})
+    base = Path(path).resolve().parent if path is not None else None
+    spec = spec_from_mapping(raw, base_dir=base, overrides=rest)
+    validate_audit(spec, audit)
+    return spec, audit
 
 
 # --------------------------------------------------------------------------- loading
@@ -177,6 +220,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if "=" not in text:
         raise OtaflInputError(f"--set {text!r} must look like section.key=value")
     dotted, raw = text.split("=", 1)
+    if any(ch in raw for ch in "\n\r\x00"):
+        raise OtaflInputError(f"--set {text!r}: the value holds a line break or NUL; give it on one line")
     if dotted.count(".") != 1:
         raise OtaflInputError(f"--set key {dotted!r} must look like section.key")
     section, key = (s.strip() for s in dotted.split("."))
@@ -305,6 +350,8 @@ _TYPES = {
     ("data", "users"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
     ("train", "seed"): int, ("train", "local_steps"): int, ("digital", "bits"): int,
+    ("audit", "canary"): int, ("audit", "trials"): int, ("audit", "seed"): int, ("audit", "dim"): int,
+    ("audit", "records"): int,
 }
 _AUTO_NUMBERS = ("delta_prime", "scale", "delta_total", "theta")  # keys that take a number or "auto"
 

@@ -273,7 +273,9 @@ def test_a_training_run_through_the_fast_path_equals_the_vmap_path(monkeypatch):
 
     monkeypatch.setattr(loop, "evaluate", spy)
     fast = loop.run_experiment(load_spec(None, overrides))
-    monkeypatch.setattr(loop, "user_gradients", functools.partial(user_gradients, method="vmap"))
+    from otafl.fl import algorithms  # FedSGD's transmit vectors come from user_gradients
+
+    monkeypatch.setattr(algorithms, "user_gradients", functools.partial(user_gradients, method="vmap"))
     slow = loop.run_experiment(load_spec(None, overrides))
     assert 0.0 < fast.summary["final_train_loss"]
     fractions = [r["clipped_fraction"] for r in fast.rounds]

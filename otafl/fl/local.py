@@ -37,6 +37,7 @@ from torch.nn import functional as F
 from otafl.data import gather_rows
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import GRADIENT_METHODS, StackedGradients, supports_ghost
+from otafl.fl.strategies import ALGORITHMS, Strategy
 
 __all__ = [
     "ALGORITHMS",
@@ -51,22 +52,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Algorithm:
-    """A training algorithm (``train.algorithm``)."""
-
-    name: str
-    local: bool  # several local DP-SGD steps per round (model updates are transmitted)
-    control_variates: bool  # SCAFFOLD's drift correction
-    summary: str
-
-
-#: Algorithms by name: the single source of ``train.algorithm`` values.
-ALGORITHMS: dict[str, Algorithm] = {
-    "fedsgd": Algorithm("fedsgd", False, False, "one clipped minibatch gradient per user and round (the paper)"),
-    "fedavg": Algorithm("fedavg", True, False, "DP-FedAvg: S local DP-SGD steps, the model update is sent"),
-    "scaffold": Algorithm("scaffold", True, True, "DP-SCAFFOLD: local steps with control variates (option II)"),
-}
+Algorithm = Strategy  # an entry of ALGORITHMS (name, target, summary, local, control_variates)
 
 UPDATE_BOUND_FAILURE = 1e-12
 """Probability, per user and round, that the update exceeds the power-control bound B."""

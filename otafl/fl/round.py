@@ -31,6 +31,7 @@ from torch import Tensor
 from otafl.channel.mac import superpose
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import UserGradients
+from otafl.fl.strategies import SUPERPOSITIONS  # how ota_aggregate forms the MAC output (re-exported)
 from otafl.transmit import (
     ChannelSetup,
     clip_factors,
@@ -60,8 +61,6 @@ class Aggregate:
             self.participants = int(self.transmitting.sum())
 
 
-#: How :func:`ota_aggregate` forms the MAC output (see its docstring).
-SUPERPOSITIONS = ("aggregate", "per-user")
 
 
 def _check_superposition(superposition: str) -> None:
@@ -175,14 +174,10 @@ def ideal_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Chan
     return Aggregate(grads.weighted_sum(factor), active.clone(), everyone, math.nan, 0.0, 0.0)
 
 
-def digital_aggregate(*args, **kwargs) -> Aggregate:
-    """Orthogonal access + secure aggregation (:func:`otafl.fl.digital.digital_aggregate`)."""
-    from otafl.fl.digital import digital_aggregate as aggregate
-
-    return aggregate(*args, **kwargs)
-
-
-AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate, "digital": digital_aggregate}
+AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate}
+"""The channel functions of the ``ota`` and ``ideal`` aggregations (the digital one is
+:func:`otafl.fl.digital.digital_aggregate`); the strategies that use them, and the registry
+of accepted names, are :mod:`otafl.fl.aggregations` and :mod:`otafl.fl.strategies`."""
 
 
 def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) -> Aggregate:

@@ -1,0 +1,66 @@
+"""``otafl audit-run SPEC``: the end-to-end privacy audit of the simulator's own round.
+
+Parses the options and calls :func:`otafl.api.audit_run.audit_run` (the method is described
+there and in docs/privacy.md#auditing); prints one line per accountant (its epsilon and delta
+beside the audit's lower bound at that delta, with its 95% interval) or JSON.
+"""
+
+from __future__ import annotations
+
+import click
+
+from otafl.device import DEVICES
+from otafl.validation import AUDIT_SCOPES
+
+
+def _fmt(value) -> str:
+    return "inf" if value == float("inf") else ("-" if value is None else f"{value:.4g}")
+
+
+def audit_run_text(result: dict) -> str:
+    """One line per accountant: upper epsilon, delta, audit lower bound [95% CI], and a verdict."""
+    meta = result["meta"]
+    lines = [f"audit-run: {meta['algorithm']} over {meta['aggregation']}"
+             + (f" ({meta['mechanism']})" if meta["mechanism"] else "")
+             + f", {meta['users']} users, d = {meta['dim']}, co-users {meta['co_users']}, scope {result['scope']}, "
+               f"{result['trials']} trials per data set ({meta['wall_seconds']:.1f} s)"]
+    width = max(len(n) for n in result["accountants"])
+    for name, row in result["accountants"].items():
+        ci = row["epsilon_lower_ci"]
+        verdict = "ok" if not row["exceeded"] else (
+            "BOUND EXCEEDED: UNSOUND" if row["guaranteed"] else "exceeded (not a guaranteed bound)")
+        main = " (main)" if name == result["main"] else ""
+        lines.append(f"  {name:<{width}}  upper eps {_fmt(row['epsilon'])} at delta {row['delta']:.3g};  "
+                     f"audit eps >= {_fmt(row['epsilon_lower'])} at delta {row['delta']:.3g} "
+                     f"[95% CI {_fmt(ci[0] if ci else None)}, {_fmt(ci[1] if ci else None)}]  {verdict}{main}")
+    if meta.get("privacy_note"):
+        lines.append(f"  note: {meta['privacy_note']}")
+    return "\n".join(lines) + "\n"
+
+
+@click.command("audit-run")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a spec value, e.g. --set audit.trials=5000 (repeatable).")
+@click.option("--trials", type=int, default=None, help="Rounds per neighbouring data set [default: audit.trials].")
+@click.option("--scope", type=click.Choice(AUDIT_SCOPES), default=None,
+              help="central: the released update; local: what the server receives from the target "
+                   "[default: audit.scope].")
+@click.option("--seed", type=int, default=None, help="Seed of the trials' randomness [default: audit.seed].")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def audit_run(spec, overrides, trials, scope, seed, fmt, device, quiet):
+    """Audit the simulator's round on worst-case neighbouring data sets beside every accountant."""
+    from otafl.api.audit_run import audit_run as run_audit
+    from otafl.config import load_audit_spec
+    from otafl.device import resolve_device
+    from otafl.progress import progress_bar
+    from otafl.report.text import json_text
+
+    extra = [f"audit.{k}={v!r}" if isinstance(v, str) else f"audit.{k}={v}"
+             for k, v in (("trials", trials), ("scope", scope), ("seed", seed)) if v is not None]
+    cfg, audit = load_audit_spec(spec, list(overrides) + extra)
+    with progress_bar("audit-run", quiet=quiet, unit="trial") as progress:
+        result = run_audit(cfg, audit, device=resolve_device(device), progress=progress)
+    click.echo(json_text(result) if fmt == "json" else audit_run_text(result), nl=fmt == "json")

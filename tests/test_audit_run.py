@@ -1,0 +1,187 @@
+"""``otafl audit-run``: the end-to-end audit of the simulator's own round (docs/privacy.md#auditing).
+
+Fast tests (default suite): the empirical test on known Gaussians, the crafted records, and for
+every aggregation and algorithm a short audit whose lower bound never exceeds any shown
+accountant's upper bound. Slow tests (``pytest -m slow``): the shipped specs' acceptance
+figures, and a fault in the transmit path (half the artificial noise) that the audit catches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from otafl.api.audit_run import SUMDOM, audit_run
+from otafl.cli.main import cli
+from otafl.config import load_audit_spec
+from otafl.errors import OtaflInputError
+from otafl.fl.least_squares import audit_records, least_squares_sums
+from otafl.privacy.accountants import ACCOUNTANTS
+from otafl.privacy.empirical import empirical_epsilon
+
+OTA = "experiments/audit-ota.toml"
+NOISE_CANCELLING = "experiments/audit-noise-cancelling.toml"
+DIGITAL = "privacy.accountants=['digital']"  # the over-the-air accountants are refused for digital rounds
+
+
+def _gaussian_eps(mu: float, delta: float) -> float:
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    f = lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta  # noqa: E731
+    return brentq(f, 0.0, 60.0)
+
+
+def _assert_sound(result: dict, skip: tuple[str, ...] = ()) -> None:
+    """The audit's lower bound (the lower end of its interval) stays below every accountant's claim."""
+    assert result["accountants"], result
+    for name, row in result["accountants"].items():
+        if name in skip:
+            continue
+        assert row["epsilon_lower"] is not None
+        assert row["epsilon_lower"] == row["epsilon_lower_ci"][0] <= row["epsilon_lower_ci"][1]
+        assert row["epsilon_lower"] <= row["epsilon"], (name, row)
+        assert not row["exceeded"]
+
+
+def test_empirical_epsilon_is_below_the_gaussian_truth_and_close_to_it():
+    rng = np.random.default_rng(0)
+    mu, n, delta = 1.0, 40000, 1e-5
+    truth = _gaussian_eps(mu, delta)
+    est = empirical_epsilon(rng.normal(mu, 1.0, n), rng.normal(0.0, 1.0, n), delta=delta)
+    assert 0.45 * truth < est.epsilon_lower < truth
+    assert est.ci[0] <= est.ci[1] and est.test["evaluated"] == [30000, 30000]
+    # identical laws: nothing to find
+    same = empirical_epsilon(rng.normal(0, 1, n), rng.normal(0, 1, n), delta=delta)
+    assert same.epsilon_lower < 0.15
+    # either direction and either order is found
+    flipped = empirical_epsilon(rng.normal(-mu, 1.0, n), rng.normal(0.0, 1.0, n), delta=delta)
+    assert flipped.epsilon_lower > 0.45 * truth
+
+
+def test_the_canary_is_clipped_along_its_coordinate_and_noise_cancelling_co_users_reset():
+    recs = audit_records(users=3, records=5, dim=3, canary=1, target=2, co_users="noise-cancelling",
+                         neighbour="null", local_lr=0.1)
+    w = torch.zeros(3, 3, dtype=torch.float64)
+    w[:, 1] = 0.05
+    index, counts = recs.users(True)
+    x, y = recs.x[index], recs.y[index]
+    sums, _ = least_squares_sums(None, w, x, y, torch.ones(3, 5), 1.0)
+    # co-users: 5 records of gradient lambda w_1 = 10 * 0.05 along e_1; the target: the canary only, -C e_1
+    assert torch.allclose(sums[0], torch.tensor([0.0, 2.5, 0.0], dtype=torch.float64))
+    assert torch.allclose(sums[2], torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64))
+    absent, _ = recs.users(False)
+    sums, _ = least_squares_sums(None, w, recs.x[absent], recs.y[absent], torch.ones(3, 5), 1.0)
+    assert torch.equal(sums[2], torch.zeros(3, dtype=torch.float64))
+    # one step from the optimum with q = 1 lands at -eta_l xi / D, the next resets it
+    eta, D, xi = 0.1, 5, 0.7
+    w1 = torch.zeros(1, 3, dtype=torch.float64)
+    w1[0, 1] = -eta * xi / D
+    s, _ = least_squares_sums(None, w1, recs.x[index[:1]], recs.y[index[:1]], torch.ones(1, 5), 1.0)
+    assert torch.allclose(w1 - eta * s / D, torch.zeros(1, 3, dtype=torch.float64))
+
+
+SOUND_CASES = [
+    (OTA, ["sampling.p=0.7"]),
+    (OTA, ["sampling.scheme='channel-aware'", "sampling.h_th=1.5"]),
+    (OTA, ["audit.scope='local'"]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='gaussian'", "digital.sigma2=0.3", DIGITAL]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='skellam'", "digital.sigma2=0.3", DIGITAL]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='ddg'", "digital.sigma2=0.3", DIGITAL]),
+    (OTA, ["train.aggregation='digital'", "digital.mechanism='pbm'", "digital.sigma2=0.3", DIGITAL]),
+    (NOISE_CANCELLING, ["audit.co_users='null'", "train.record_sampling=0.5", "train.local_steps=3"]),
+    (NOISE_CANCELLING, ["audit.co_users='null'", "train.algorithm='scaffold'", "train.local_steps=3",
+                        "transmit.sigma2=0.001", "channel.n0=0.1"]),
+    (NOISE_CANCELLING, ["audit.co_users='null'", "train.local_steps=3", "train.aggregation='digital'",
+                        "digital.mechanism='skellam'", "digital.sigma2=1e-4", DIGITAL]),
+]
+
+
+@pytest.mark.parametrize("path,overrides", SOUND_CASES)
+def test_a_short_audit_never_exceeds_any_accountant(path, overrides):
+    spec, audit = load_audit_spec(path, overrides + ["audit.trials=1500", "audit.seed=1"])
+    _assert_sound(audit_run(spec, audit))
+
+
+def test_the_json_output_has_the_promised_keys_and_bad_input_is_one_line():
+    runner = CliRunner()
+    res = runner.invoke(cli, ["audit-run", OTA, "--trials", "500", "--format", "json", "--quiet"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("epsilon_lower", "epsilon_lower_ci", "delta", "trials", "upper"):
+        assert key in out
+    assert out["trials"] == 500 and set(out["upper"]) == {"exact", "tight", "paper"} and out["delta"] == 1e-5
+    text = runner.invoke(cli, ["audit-run", OTA, "--trials", "500", "--quiet"])
+    assert text.exit_code == 0 and "exact" in text.output and "at delta" in text.output
+    for args, needle in ((["--set", "audit.colour=1"], "unknown key audit.colour"),
+                         (["--set", "audit.co_users='loud'"], "audit.co_users"),
+                         (["--set", "audit.canary=9"], "audit.canary"),
+                         (["--set", "train.rounds=2"], "train.rounds"),
+                         (["--set", "audit.co_users='noise-cancelling'"], "noise-cancelling"),
+                         (["--trials", "1"], "audit.trials")):
+        bad = runner.invoke(cli, ["audit-run", OTA, *args])
+        assert bad.exit_code == 2, (args, bad.output)
+        assert bad.output.startswith("error: ") and needle in bad.output and bad.output.count("\n") == 1
+
+
+def test_load_audit_spec_defaults_and_a_run_ignores_the_section(tmp_path):
+    from otafl.config import AuditSpec, load_spec
+
+    spec, audit = load_audit_spec(OTA, ["audit.trials=7"])
+    assert audit == AuditSpec(trials=7, dim=4, seed=0, scope="central", co_users="null")
+    assert load_spec(OTA) == spec  # [audit] is not part of the run spec
+    with pytest.raises(OtaflInputError, match="audit.trials"):
+        load_audit_spec(OTA, ["audit.trials='many'"])
+
+
+# --------------------------------------------------------------------------- slow: acceptance figures
+
+
+@pytest.mark.slow
+def test_noise_cancelling_co_users_beat_sum_domination_and_stay_below_the_sound_steps():
+    spec, audit = load_audit_spec(NOISE_CANCELLING)
+    result = audit_run(spec, audit)
+    upper = result["upper"]
+    sumdom = upper.get(SUMDOM, upper["steps"] if SUMDOM not in ACCOUNTANTS else None)
+    assert result["epsilon_lower"] > sumdom  # the counterexample: sum-domination is unsound here
+    if SUMDOM not in ACCOUNTANTS:
+        pytest.skip("steps-sumdom is not registered yet: the sound `steps` has not landed")
+    assert result["epsilon_lower"] <= upper["steps"]
+    _assert_sound(result, skip=(SUMDOM,))
+
+
+@pytest.mark.slow
+def test_the_ota_audit_reaches_forty_percent_of_exact():
+    spec, audit = load_audit_spec(OTA)
+    result = audit_run(spec, audit)
+    _assert_sound(result)
+    assert result["epsilon_lower"] >= 0.4 * result["upper"]["exact"]
+
+
+@pytest.mark.slow
+def test_halving_the_artificial_noise_in_transmission_is_caught(monkeypatch):
+    import otafl.fl.round as round_module
+
+    honest = round_module.effective_noise_var
+    monkeypatch.setattr(round_module, "effective_noise_var",
+                        lambda noise_var, active, n0, c_t: honest(noise_var / 2, active, n0, c_t))
+    spec, audit = load_audit_spec(OTA, ["privacy.delta_l=1e-2", "audit.trials=50000"])
+    result = audit_run(spec, audit)
+    assert result["accountants"]["exact"]["epsilon_lower"] > result["upper"]["exact"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path,overrides", SOUND_CASES + [
+    (NOISE_CANCELLING, ["train.algorithm='scaffold'"]),
+    (NOISE_CANCELLING, ["train.aggregation='digital'", "digital.mechanism='gaussian'", "digital.sigma2=1e-4", DIGITAL])])
+def test_a_long_audit_never_exceeds_any_accountant(path, overrides):
+    spec, audit = load_audit_spec(path, overrides + ["audit.trials=40000", "audit.seed=2"])
+    result = audit_run(spec, audit)
+    if spec.train.algorithm != "fedsgd" and "audit.co_users='null'" not in overrides and SUMDOM not in ACCOUNTANTS:
+        pytest.skip("noise-cancelling co-users exceed the sum-dominated steps until the sound one lands")
+    _assert_sound(result, skip=(SUMDOM,))
