@@ -17,6 +17,11 @@ p = 0.5, N0 = 1, d = 7850) with ``privacy.accountants = []``: its per-round
 - ``exact_total_vs_reference``: central total of the first ``--reference-rounds`` rounds
   over a reference (the same rounds unrounded, composed with a 4x finer PLD grid);
   ``exact_total_vs_reference_local`` the same for local DP;
+- ``exact_account_ms_round_K1000``, ``_K10000``, ``_K100000``: a whole
+  ``account_run(..., accountants=["exact"])`` (central and local, caches cleared) of
+  ``--large-k-rounds`` (1000) fading rounds of K uniform users (p = 0.5, sigma^2 = 0.1,
+  N0 = 1, d = 7850, c_t = 0.5 (1 + sqrt(Exp(1))), seed 0), per round (issue 24's target:
+  at most 10 ms at K = 10^4); ``exact_total_central_K...`` the central total it states;
 - ``account_run_s``: a whole ``account_run(..., accountants=["exact"])`` (caches cleared,
   measured first), and ``rss_growth_mib`` the largest growth of this process's resident
   memory during it (sampled every 5 ms); ``peak_rss_mib`` the process's peak at the end
@@ -102,6 +107,25 @@ def timed(fn):
     return out, time.process_time() - c0, time.perf_counter() - w0
 
 
+def large_k(rounds: int, delta_l: float, users=(1000, 10_000, 100_000)) -> dict:
+    """exact's account_run per round over ``rounds`` fading rounds of K uniform users, per K."""
+    import numpy as np
+
+    from otafl.privacy.accountants import account_run
+    from otafl.privacy.accountants import exact_run as engine
+    from otafl.privacy.facts import uniform_facts
+
+    gains = 0.5 * (1.0 + np.sqrt(np.random.default_rng(0).exponential(size=rounds)))
+    out = {}
+    for K in users:
+        facts = [uniform_facts(K, 0.5, 0.1, float(c), 1.0, 2.0, 7850) for c in gains]
+        engine.clear_caches()
+        result, cpu, _ = timed(lambda: account_run(facts, accountants=["exact"], delta_l=delta_l))
+        out[f"exact_account_ms_round_K{K}"] = 1e3 * cpu / rounds
+        out[f"exact_total_central_K{K}"] = result["exact"].summary_fields().get("exact_epsilon_central_total")
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", default="experiments/paper-mnist.toml")
@@ -110,6 +134,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--reference-rounds", type=int, default=100)
     ap.add_argument("--delta-l", type=float, default=1e-5)
     ap.add_argument("--set", action="append", default=[], help="spec override, e.g. sampling.scheme=channel-aware")
+    ap.add_argument("--large-k-rounds", type=int, default=1000, help="rounds of the K = 1e3..1e5 keys (0: skip)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -180,6 +205,9 @@ def main(argv=None) -> dict:
         ours = compose_exact(sub, delta_target=target, kind=kind)["epsilon"]
         ref = compose_exact(sub, delta_target=target, kind=kind, points=256, resolution=engine.NO_ROUNDING)["epsilon"]
         out["exact_total_vs_reference" + ("" if kind == "central" else "_local")] = ours / ref
+
+    if args.large_k_rounds > 0:
+        out.update(large_k(args.large_k_rounds, dl))
 
     out["peak_rss_mib"] = _peak_mib()
     out["torch"] = torch.__version__
