@@ -147,7 +147,7 @@ def test_pld_total_is_above_an_independent_fft_reference_and_within_one_percent(
     target = 1e-3
     ours = compose_exact(rounds, delta_target=target, kind=kind)
     fine = 4
-    eps = ours["gap"] / fine * torch.arange(int(64 * fine * 1.25) + 1, dtype=F64)
+    eps = ours["gap"] / fine * torch.arange(int(ours["points"] * fine * 1.25) + 1, dtype=F64)
     profiles = []
     for f, count in ((rounds[0], 60), (rounds[-1], 40)):
         kw = dict(participation_prob=f.participation_prob[None], noise_var=f.noise_var[None],

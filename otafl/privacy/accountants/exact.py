@@ -150,7 +150,7 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
 
     Returns
     -------
-    dict: ``epsilon`` (float), ``delta`` (= delta_target), ``rounds`` (T), ``gap`` (the
+    dict: ``epsilon`` (float), ``delta`` (= delta_target), ``rounds`` (T), ``points`` (N), ``gap`` (the
     PLD's discretisation interval), ``distinct_rounds``.
     """
     check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
@@ -166,4 +166,4 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
     keys = run_row_keys(facts, kind, resolution)
     out = compose_exact_rounds(keys, delta_target=delta_target, points=points, grid=grid)
     return {"epsilon": out["epsilon"], "delta": delta_target, "rounds": T, "gap": out["gap"],
-            "distinct_rounds": out["distinct_rounds"]}
+            "points": out.get("points", 0), "distinct_rounds": out["distinct_rounds"]}

@@ -320,7 +320,8 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     Returns
     -------
     dict: ``epsilon`` (float; +inf if a row's bound never reaches the floor, 0 without
-    rows), ``gap`` (nan when no PLD was built), ``distinct_rounds``, ``distinct_rows``.
+    rows), ``gap`` (nan when no PLD was built), ``points`` (N, when a PLD was built),
+    ``distinct_rounds``, ``distinct_rows``.
     """
     import numpy as np
 
@@ -363,4 +364,5 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
             for j, v in zip(members, vals):
                 prof[batch[j]] = _chord_fill(v, ix, eps_np)
     profiles = [(np.max([prof[k] for k in r], axis=0), c) for r, c in counts.items() if r]
-    return {"epsilon": compose_profiles(profiles, gap=gap, delta_target=delta_target), "gap": gap, **info}
+    return {"epsilon": compose_profiles(profiles, gap=gap, delta_target=delta_target), "gap": gap, "points": n,
+            **info}
