@@ -39,6 +39,7 @@ class DataSpec:
     shards_per_user: int = 2  # split = shards
     batch_size: int = 32  # b_k, per user per round
     test_fraction: float = 0.2  # embedded sets: share held out for testing
+    samples: int = 3000  # synthetic: samples drawn (train and test), so K up to (1 - test_fraction) samples
 
 
 @dataclass(frozen=True)
@@ -347,7 +348,7 @@ def spec_from_dict(d: Mapping[str, Any]) -> Spec:
 # --------------------------------------------------------------------------- validation
 
 _TYPES = {
-    ("data", "users"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
+    ("data", "users"): int, ("data", "samples"): int, ("data", "shards_per_user"): int, ("data", "batch_size"): int,
     ("model", "hidden"): int, ("train", "rounds"): int, ("train", "eval_every"): int,
     ("train", "seed"): int, ("train", "local_steps"): int, ("digital", "bits"): int,
     ("audit", "canary"): int, ("audit", "trials"): int, ("audit", "seed"): int, ("audit", "dim"): int,

@@ -133,7 +133,8 @@ def build_run(spec: Spec, *, device: str | torch.device | None = None) -> RunSet
     dev = resolve_device(str(device or spec.train.device))
     gens = make_generators(spec.train.seed, dev)
     ds, K = spec.data, spec.data.users
-    data = load_dataset(ds.name, data_dir=ds.dir, seed=spec.train.seed, test_fraction=ds.test_fraction)
+    data = load_dataset(ds.name, data_dir=ds.dir, seed=spec.train.seed, test_fraction=ds.test_fraction,
+                        synthetic_samples=ds.samples)
     n_train = data.x_train.shape[0]
     if K > n_train:
         raise OtaflInputError(f"data.users = {K} is outside the allowed range [1, {n_train}] "

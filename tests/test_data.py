@@ -530,3 +530,13 @@ def test_gather_rows_equals_advanced_indexing():
     assert torch.equal(gather_rows(table, idx), table[idx])
     labels = torch.arange(30)
     assert torch.equal(gather_rows(labels, idx[:, ::2]), labels[idx[:, ::2]])  # non-contiguous idx
+
+
+def test_synthetic_size_is_the_spec_key_data_samples():
+    # Issue 24: data.samples sizes the synthetic set, so K = 10^4 to 10^5 runs offline.
+    from otafl.config import spec_from_mapping
+
+    spec = spec_from_mapping({"data": {"name": "synthetic", "samples": 12_500, "users": 10_000}})
+    assert spec.data.samples == 12_500
+    d = load_dataset("synthetic", seed=0, synthetic_samples=spec.data.samples)
+    assert d.x_train.shape[0] + d.x_test.shape[0] == 12_500 and d.x_train.shape[0] >= 10_000
