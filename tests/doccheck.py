@@ -17,7 +17,8 @@ output. Comparison, token by token after splitting on white space:
   within :data:`REL_TOL` relative (or :data:`ABS_TOL` absolute), their flags exactly;
 * every other token must be equal;
 * ``...`` as a token matches any run of tokens on that line, and a line that is only ``...``
-  matches any number of output lines (timings, paths, progress).
+  matches any number of output lines (timings, paths, progress);
+* the command must exit 0, unless its quoted output has an ``error:`` line.
 
 ``console slow`` blocks run only with ``--slow`` (and in ``pytest -m slow``). Commands run
 with ``bash`` in a scratch folder that links ``experiments``, ``channels``, ``lectures`` and
@@ -147,12 +148,12 @@ def _scratch() -> Path:
     return tmp
 
 
-def run(command: str, cwd: Path, timeout: float = 1800.0) -> list[str]:
-    """The command's standard output (and error, which otafl's one-line errors use), as lines."""
+def run(command: str, cwd: Path, timeout: float = 1800.0) -> tuple[int, list[str]]:
+    """The command's exit code and its standard output and error (otafl's one-line errors), as lines."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
-    return (proc.stdout + proc.stderr).splitlines()
+    return proc.returncode, (proc.stdout + proc.stderr).splitlines()
 
 
 def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print) -> list[str]:
@@ -167,15 +168,16 @@ def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=pr
         try:
             for block in found:
                 for cmd in block.commands:
-                    actual = run(cmd.text, cwd)
-                    if match(cmd.expected, actual):
+                    code, actual = run(cmd.text, cwd)
+                    expects_error = any(ln.lstrip().startswith("error:") for ln in cmd.expected)
+                    if match(cmd.expected, actual) and (code == 0 or expects_error):
                         continue
                     where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{cmd.lines[0]}"
-                    if update:
+                    if update and (code == 0 or expects_error):
                         edits.append((cmd, actual))
                         log(f"updated {where}: {cmd.text}")
                     else:
-                        failures.append(f"{where}: `{cmd.text}` printed\n" + "\n".join(actual)
+                        failures.append(f"{where}: `{cmd.text}` exited {code} and printed\n" + "\n".join(actual)
                                         + "\nbut the page quotes\n" + "\n".join(cmd.expected))
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
@@ -193,8 +195,13 @@ def _rewrite(path: Path, edits: list[tuple[Command, list[str]]]) -> None:
         indent = ""
         if start < len(lines) and lines[start].strip():
             indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
-        keep_tail = [ln for ln in cmd.expected if ln.strip() == "..."]
-        new = [indent + ln for ln in actual] + ([indent + "..."] if keep_tail and not actual else [])
+        patterns = [ln for ln in cmd.expected if "..." in ln.split()]  # quoted lines with wildcards stay
+        new = []
+        for ln in actual:
+            kept = next((p for p in patterns if p.strip() != "..." and _line_match(p, ln)), None)
+            new.append(indent + (kept if kept is not None else ln))
+        if any(p.strip() == "..." for p in patterns) and not actual:
+            new.append(indent + "...")
         lines[start:stop] = new
     path.write_text("\n".join(lines) + "\n")
 

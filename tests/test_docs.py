@@ -87,3 +87,9 @@ def test_the_site_builds_strictly_with_every_command_and_the_main_functions(tmp_
     assert all(f"otafl {name}" in cli for name in group.commands)
     api = (site / "reference" / "api" / "index.html").read_text()
     assert all(f in api for f in ("run_experiment", "bound_grid", "audit_grid", "calibrate", "audit_run"))
+
+
+def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
+    assert len(doccheck.check([_page(tmp_path, "```console\n$ false\n...\n```\n")])) == 1
+    ok = '```console\n$ python -c "import sys; sys.exit(\'error: x = 2 is outside [0, 1]\')"\nerror: x = 2 is outside [0, 1]\n```\n'
+    assert doccheck.check([_page(tmp_path, ok)]) == []
