@@ -120,14 +120,15 @@ class DigitalSpec:
     clip_prob: float = 1e-6  # probability that a rotated coordinate leaves [-c, c] (sets c)
     access: str = "tdma"  # tdma | ofdma
     min_rate: float = 0.1  # bits per channel use below which a user is in outage
-    delta_total: float | str = "auto"  # delta of the composed epsilons; auto = sum_t p_t delta_l + delta_l
+    delta_total: float | str = "auto"  # delta of digital's composed epsilons; auto = privacy.delta_total
 
 
 @dataclass(frozen=True)
 class PrivacySpec:
     accountants: list[str] = field(default_factory=lambda: ["exact"])  # the tightest sound accountant
-    delta_l: float = 1e-5
+    delta_l: float = 1e-5  # per-round delta of the Gaussian step
     delta_prime: float | str = "auto"  # auto = 2 exp(-2 mu^2 / K) + 1e-5
+    delta_total: float = 1e-5  # the one delta of every accountant's totals over the run (docs/privacy.md)
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,8 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     if "=" not in text:
         raise OtaflInputError(f"--set {text!r} must look like section.key=value")
     dotted, raw = text.split("=", 1)
+    if any(ch in raw for ch in "\n\r\x00"):
+        raise OtaflInputError(f"--set {text!r}: the value holds a line break or NUL; give it on one line")
     if dotted.count(".") != 1:
         raise OtaflInputError(f"--set key {dotted!r} must look like section.key")
     section, key = (s.strip() for s in dotted.split("."))

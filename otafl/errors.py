@@ -7,6 +7,8 @@ message names the offending value and the allowed range, e.g.
 
 from __future__ import annotations
 
+import math
+
 
 class OtaflInputError(ValueError):
     """Bad user input: an out-of-range value, a malformed spec, missing data."""
@@ -18,13 +20,22 @@ def out_of_range(name: str, value, allowed: str) -> OtaflInputError:
 
 
 def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None,
-                lo_open: bool = False, hi_open: bool = False) -> float:
+                lo_open: bool = False, hi_open: bool = False, finite: bool = False) -> float:
     """Return ``value`` if it lies in the interval, else raise :func:`out_of_range`.
 
     ``lo``/``hi`` of ``None`` mean unbounded; ``*_open`` makes that end exclusive.
-    NaN is always rejected.
+    NaN is always rejected; ``finite`` rejects +-inf too (the range then reads "..., finite").
     """
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise OtaflInputError(f"{name} = {value!r} is not a number") from None
+    if finite and v in (math.inf, -math.inf):
+        left = "(" if (lo_open or lo is None) else "["
+        right = ")" if (hi_open or hi is None) else "]"
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise out_of_range(name, value, f"{left}{lo_s}, {hi_s}{right}, finite")
     ok = v == v  # NaN check
     if ok and lo is not None:
         ok = v > lo if lo_open else v >= lo
@@ -50,7 +61,10 @@ MAX_SCALE = 1e30
 def check_scale(name: str, value, *, zero: bool = False) -> float:
     """Return ``value`` if it is a physical scale in [1e-30, 1e30] (or exactly 0 with
     ``zero``), else raise :func:`out_of_range` naming that range."""
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise OtaflInputError(f"{name} = {value!r} is not a number") from None
     if (zero and v == 0.0) or (1.0 / MAX_SCALE <= v <= MAX_SCALE):
         return v
     allowed = f"{'0 or ' if zero else ''}[{1.0 / MAX_SCALE:g}, {MAX_SCALE:g}]"

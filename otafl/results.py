@@ -58,11 +58,30 @@ def _umask() -> int:
     return mask
 
 
+NAME_MAX, PATH_MAX = 255, 4096  # bytes, as on Linux (and most file systems)
+
+
+def check_path_fits(path: str | Path, what: str = "output path") -> None:
+    """Refuse, in one line, a path with a name over 255 bytes or over 4096 bytes in all
+    (the file system would say "File name too long" only after the work is done)."""
+    from otafl.errors import OtaflInputError
+
+    full = os.fsencode(os.path.abspath(str(path)))
+    short = str(path) if len(str(path)) <= 80 else f"{str(path)[:60]}...{str(path)[-12:]}"
+    if len(full) >= PATH_MAX:
+        raise OtaflInputError(f"{what} {short!r} is {len(full)} bytes long, over the limit of {PATH_MAX - 1}")
+    for part in Path(path).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise OtaflInputError(f"{what} {short!r} has a name of {len(os.fsencode(part))} bytes, over the limit "
+                                  f"of {NAME_MAX}; choose a shorter name")
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file beside it and an atomic rename, with
     the usual permissions: either the whole file appears or nothing changes. A path that
     cannot be written (a read-only folder, a path under a file, /proc) raises
     :class:`OtaflInputError` naming the path and the reason."""
+    check_path_fits(path)
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,6 +189,7 @@ def prepare_run_dir(out_dir: str | Path, *, overwrite: bool = False) -> list[Pat
 
     if str(out_dir).strip() == "":
         raise OtaflInputError("the output folder is empty (''); give a folder such as runs/my-run")
+    check_path_fits(out_dir, "output folder")
     out = Path(out_dir)
     if out.exists() or out.is_symlink():
         if not out.is_dir():
@@ -213,6 +233,47 @@ def discard_run_dir(created: list[Path]) -> None:
             folder.rmdir()
         except OSError:  # not empty (someone else's files) or already gone: leave it
             break
+
+
+STAGE_MARK = ".partial-"
+
+
+def stage_run_dir(out_dir: str | Path) -> Path:
+    """A hidden sibling folder ``.NAME.partial-PID`` where a new run writes its files, renamed
+    to ``out_dir`` when they are complete (:func:`publish_run_dir`); so a killed run never
+    leaves a half-written ``out_dir``. Stale stages of dead processes are removed first."""
+    out = Path(out_dir)
+    prefix = f".{out.name}{STAGE_MARK}"
+    for old in out.parent.glob(f"{glob_escape(prefix)}*"):
+        pid = old.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    stage = out.parent / f"{prefix}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    return stage
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def publish_run_dir(stage: Path, out_dir: str | Path) -> None:
+    """Rename the complete ``stage`` to ``out_dir`` (which must not exist, or be empty)."""
+    out = Path(out_dir)
+    with contextlib.suppress(OSError):
+        out.rmdir()  # an empty folder made meanwhile
+    os.rename(stage, out)
 
 
 def read_summary(path: str | Path) -> dict:

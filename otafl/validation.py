@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from otafl.errors import OtaflInputError, check_range, check_scale
+import functools
+
+from otafl.errors import OtaflInputError, check_scale
+from otafl.errors import check_range as _check_range
+
+#: Every numeric spec key must be finite: an infinite rate, clip, noise or count makes no sense
+#: (an inf learning rate diverges, an inf noise or clip breaks the accounting).
+check_range = functools.partial(_check_range, finite=True)
 
 if TYPE_CHECKING:
     from otafl.config import Spec
@@ -56,13 +63,14 @@ def _validate_local_steps(spec: Spec, algorithms) -> None:
     """The local-steps keys (docs/model.md#local-steps); fedsgd takes one step and ignores the rest."""
     tr, tx = spec.train, spec.transmit
     _names("train.algorithm", tr.algorithm, algorithms)
-    check_range("train.local_steps", tr.local_steps, 1, None)
+    from otafl.privacy.accountants.steps import check_step_knobs
+
+    check_step_knobs(tr.local_steps, tx.step_noise, prefix="spec")
     check_range("train.local_lr", tr.local_lr, 0, None, lo_open=True)
     if tr.server_lr is not None:
         check_range("train.server_lr", tr.server_lr, 0, None, lo_open=True)
     check_range("train.record_sampling", tr.record_sampling, 0, 1, lo_open=True)
     check_range("transmit.record_clip", tx.record_clip, 0, None, lo_open=True)
-    check_range("transmit.step_noise", tx.step_noise, 0, None)
     if tr.algorithm == "fedsgd":
         if tr.local_steps != 1:
             raise OtaflInputError(f"train.local_steps = {tr.local_steps} needs train.algorithm = 'fedavg' or "
@@ -148,6 +156,13 @@ def validate(spec: Spec) -> None:
             raise OtaflInputError(f"privacy.delta_prime = {pv.delta_prime!r} must be 'auto' or a number in (0, 1)")
     else:
         check_range("privacy.delta_prime", pv.delta_prime, 0, 1, lo_open=True, hi_open=True)
+    if not isinstance(pv.accountants, (list, tuple)):
+        raise OtaflInputError(f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. "
+                              f"[{pv.accountants!r}]" if isinstance(pv.accountants, str) else
+                              f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. ['paper']")
+    if isinstance(pv.delta_total, str):
+        raise OtaflInputError(f"privacy.delta_total = {pv.delta_total!r} is outside the allowed range (0, 1)")
+    check_range("privacy.delta_total", pv.delta_total, 0, 1, lo_open=True, hi_open=True)
     for a in as_list(pv.accountants):  # [] is allowed: a run without privacy accounting
         if not isinstance(a, str):
             raise OtaflInputError(f"privacy.accountants entry {a!r} must be a name")
@@ -207,6 +222,11 @@ def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
         raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for pbm with {K} users "
                               f"[{K.bit_length()}, 48] (each sum of K counts must fit in 2^bits)")
     check_range("digital.sigma2", dg.sigma2, 0, None)
+    from otafl.fl.strategies import SCALED_MECHANISMS
+
+    if dg.mechanism in SCALED_MECHANISMS and dg.scale == "auto" and (1 << (dg.bits - 1)) - 1 - K <= 0:
+        raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for {dg.mechanism} with {K} "
+                              f"users [{(K + 1).bit_length() + 1}, 48] (the sum of K values needs 2^(bits-1) > K + 1)")
     _auto_or("digital.scale", dg.scale, 0, None, lo_open=True)
     _auto_or("digital.theta", dg.theta, 0, 0.5, lo_open=True, hi_open=True)
     check_range("digital.clip_prob", dg.clip_prob, 0, 1, lo_open=True, hi_open=True)

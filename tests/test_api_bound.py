@@ -153,7 +153,8 @@ def test_bound_rounds_states_the_totals_of_a_run_of_the_same_preset_t_and_seed(t
 
 
 def test_rdp_composition_keeps_the_older_totals_which_pld_never_exceeds():
-    kw = dict(users=[200], p=[0.3, 0.9], sigma2=[0.1], clip=[1.0], snr_db=[10.0], n0=0.0, rounds=30)
+    kw = dict(users=[200], p=[0.3, 0.9], sigma2=[0.1], clip=[1.0], snr_db=[10.0], n0=0.0, rounds=30,
+              delta_target=None)  # each accountant's own total delta, the older default
     pld = bound_grid(**kw, accountants=["paper", "tight", "exact"])
     rdp = bound_grid(**kw, accountants=["paper", "tight", "exact"], composition="rdp")
     assert rdp["meta"]["composition"] == "rdp" and pld["meta"]["composition"] == "pld"
@@ -192,9 +193,11 @@ def test_bound_text_puts_the_accountants_side_by_side_with_the_legend():
     out = bound_grid(**GRID, accountants=["paper", "tight"], rounds=3)
     lines = bound_text(out).splitlines()
     assert lines[0].split() == ["users", "p", "sigma2", "clip", "snr_db", "mu", "paper:eps_local",
-                                "paper:eps_central", "paper:eps_central_total", "tight:eps_local",
-                                "tight:eps_central", "tight:eps_central_total"]
+                                "paper:eps_central", "paper:delta_central", "paper:eps_central_total",
+                                "paper:delta_total", "tight:eps_local", "tight:eps_central", "tight:delta_central",
+                                "tight:eps_central_total", "tight:delta_total"]
     assert lines[2].split()[7] == fmt_number(out["rows"][1]["epsilon_central"]) + "!"
+    assert lines[2].split()[9] == fmt_number(out["rows"][1]["epsilon_central_total"]) + "!"  # the total too
     assert any(line.startswith("! paper's classic Gaussian step") for line in lines)
 
 
@@ -247,7 +250,8 @@ def test_channel_without_rounds_draws_the_default_rounds_and_reports_the_worst(m
     kw = dict(channel=str(preset), users=[], snr_db=[], p=[0.3, 0.9], sigma2=[0.05, 0.2], clip=[1.0], seed=5,
               dim=300, accountants=["paper", "tight"])
     worst = bound_grid(**kw)
-    every = bound_grid(**kw, rounds=40)  # the same 40 rounds, each one evaluated
+    # the same 40 rounds, each one evaluated (delta_target None: the per-round auto delta', not a run's share)
+    every = bound_grid(**kw, rounds=40, delta_target=None)
     info = worst["meta"]["channel"]
     assert info["fading_rounds"] == 40 and info["evaluated_rounds"] == 1 and worst["meta"]["rounds"] is None
     assert every["meta"]["channel"]["evaluated_rounds"] == 40 and every["meta"]["channel"]["worst_round"] is None

@@ -99,6 +99,32 @@ BAD = [
     (["run", "spec.toml", "--out", "/proc/run"], "/proc/run"),
     (["run", "spec.toml", "--out", "done-run"], "done-run"),
     (["run", "spec.toml", "--out", ""], "--out"),
+    # issue 21: infinite, non-numeric and oversized values, paths that cannot exist
+    (["run", "spec.toml", "--set", "train.lr=inf"], "train.lr = inf is outside the allowed range (0, inf), finite"),
+    (["run", "spec.toml", "--set", "train.weight_decay=inf"], "train.weight_decay = inf"),
+    (["run", "spec.toml", "--set", "train.local_lr=inf"], "train.local_lr = inf"),
+    (["run", "spec.toml", "--set", "transmit.record_clip=inf"], "transmit.record_clip = inf"),
+    (["run", "spec.toml", "--set", "transmit.step_noise=inf"], "transmit.step_noise = inf"),
+    (["run", "spec.toml", "--set", "digital.sigma2=inf"], "digital.sigma2 = inf"),
+    (["run", "spec.toml", "--set", "channel.large_scale_gain=1e-300"], "channel.large_scale_gain = 1e-300"),
+    (["run", "spec.toml", "--set", "transmit.sigma2=[0.1, 'a']"], "transmit.sigma2 = 'a' is not a number"),
+    (["run", "spec.toml", "--set", "transmit.step_noise=1e-8"], "transmit.step_noise = 1e-08"),
+    (["run", "spec.toml", "--set", "train.local_steps=100000000"], "train.local_steps = 100000000"),
+    (["run", "spec.toml", "--out", "x" * 300], "over the limit of 255"),
+    (["run", "spec.toml", "--out", "/".join(["y" * 200] * 25)], "over the limit of 4095"),
+    (["sweep", "sweep.toml", "--out", "x" * 300 + ".sqlite"], "over the limit of 255"),
+    (["bound", "--accountant", "steps", "--step-noise", "1e-8"], "step_noise = 1e-08"),
+    (["bound", "--accountant", "steps", "--step-noise", "0.5", "--local-steps", "100000000"],
+     "local_steps = 100000000"),
+    (["scaling", "--k-max", "inf"], "k_max = inf"),
+    (["scaling", "--out", "x" * 300 + ".png"], "over the limit of 255"),
+    (["scaling", "--out", "/proc/x.png"], "/proc/x.png"),
+    (["--memory-limit", "nan", "bound", "--p", "0.5"], "--memory-limit = nan"),
+    # issue 21: checks that came too late, misleading messages
+    (["run", "spec.toml", "--set", "privacy.accountants='paper'"], "must be a list of names, e.g. ['paper']"),
+    (["run", "spec.toml", "--set", "train.rounds=3\nfoo=1"], "line break"),
+    (["bound", "--p", "0.5", "--delta-target", "1e-5"], "give rounds (--rounds T) too"),
+    (["plot-digital", "store.sqlite", "--out", "fig.png"], "no digital runs"),
     # calibrate
     (["calibrate", "spec.toml", "--target-epsilon", "-1", "--solve", "transmit.sigma2"], "target"),
     (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "model.hidden"], "model.hidden"),
@@ -130,7 +156,8 @@ def workdir(tmp_path_factory):
 
 
 def test_the_table_covers_every_command_with_at_least_forty_cases():
-    commands = {next(a for a in args if not a.startswith("-") and not a[0].isdigit()) for args, _ in BAD}
+    commands = {next(a for a in args if not a.startswith("-") and not a[0].isdigit() and a != "nan")
+                for args, _ in BAD}
     assert len(BAD) >= 40
     assert {"run", "bound", "audit", "scaling", "sweep", "table", "plot", "calibrate", "plot-accountants"} <= commands
 
@@ -204,3 +231,216 @@ def test_infinite_round_facts_are_refused_by_every_over_the_air_accountant():
                             (dict(alignment_gain=1e-160), "N0 / c_t^2 overflows")):
             with pytest.raises(OtaflInputError, match=needle.replace("^", r"\^")):
                 ACCOUNTANTS[name].bound(**{**good, **bad})
+
+
+# --------------------------------------------------------------------------- issue 21: outputs and stores
+
+
+def _otafl(args, cwd, *, fsize: int | None = None, timeout: float = 120):
+    """``python -m otafl ARGS`` in a subprocess (optionally under ``ulimit -f``: a full disk)."""
+    import resource
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]),
+           "MPLBACKEND": "Agg"}
+    env.pop("OTAFL_MEMORY_LIMIT_GB", None)
+
+    def limit():
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    return subprocess.run([sys.executable, "-m", "otafl", *args], cwd=cwd, env=env, preexec_fn=limit,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error_line(proc, code=2, needle=""):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert needle in lines[0], lines[0]
+
+
+SWEEP8 = SPEC.replace("rounds = 2", "rounds = 3") + """
+[sweep]
+seeds = [0, 1, 2, 3]
+[sweep.axes]
+"sampling.p" = [0.5, 0.9]
+"""
+
+
+def test_a_results_file_deleted_during_a_sweep_stops_it_and_is_written_back(tmp_path, monkeypatch):
+    import otafl.sweep.executor as executor
+
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    db = tmp_path / "r.sqlite"
+    real, calls = executor.run_point, []
+
+    def run_and_delete(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            for f in tmp_path.glob("r.sqlite*"):
+                f.unlink()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(executor, "run_point", run_and_delete)
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 2 and "runs done" not in res.stdout, res.output
+    assert res.stderr.strip().startswith("error: ") and "was deleted during the sweep" in res.stderr
+    assert "3 finished run(s) were written back" in res.stderr  # the third finished into the deleted file
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0",
+                                   "--quiet", "--resume"])
+    assert res.exit_code == 0 and "3 skipped" in res.stdout, res.output
+
+
+def test_a_full_disk_during_a_sweep_is_one_line_exit_2_and_keeps_the_finished_runs(tmp_path):
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    proc = _otafl(["sweep", "s.toml", "--out", "r.sqlite", "--workers", "0", "--quiet"], tmp_path, fsize=120_000)
+    _one_error_line(proc, 2, "cannot be written")
+    assert "finished run(s) kept" in proc.stderr
+    assert not (tmp_path / "r.sqlite").exists() or (tmp_path / "r.sqlite").stat().st_size > 0
+
+
+def test_a_sweep_refused_by_a_full_disk_leaves_no_results_file(tmp_path):
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    proc = _otafl(["sweep", "s.toml", "--out", "r.sqlite", "--workers", "0", "--quiet"], tmp_path, fsize=4096)
+    _one_error_line(proc, 2, "r.sqlite")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_a_scaling_figure_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path):
+    proc = _otafl(["scaling", "--points", "3", "--exact-points", "2", "--out", str(tmp_path / "k.png")],
+                  tmp_path, fsize=2048)
+    _one_error_line(proc, 2, "k.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_point_whose_digital_bits_cannot_hold_the_sum_is_refused_before_the_store_exists(tmp_path,
+                                                                                                 monkeypatch):
+    spec = SPEC.replace('accountants = ["paper"]', 'accountants = ["digital"]') + (
+        '[digital]\nmechanism = "ddg"\n[sweep]\n[sweep.axes]\n"digital.bits" = [16, 3]\n'
+        '"train.aggregation" = ["digital"]\n')
+    (tmp_path / "s.toml").write_text(spec)
+    monkeypatch.chdir(tmp_path)
+    _assert_refused(tmp_path, monkeypatch, ["sweep", "s.toml", "--out", "r.sqlite"], "digital.bits = 3")
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+def test_a_sweep_on_cuda_without_cuda_is_refused_before_the_store_exists(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    _assert_refused(tmp_path, monkeypatch, ["sweep", "s.toml", "--out", "r.sqlite", "--device", "cuda"], "cuda")
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "not a host"])
+def test_a_ray_sweep_with_a_bad_address_leaves_no_store(tmp_path, monkeypatch, address):
+    pytest.importorskip("ray")
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    _assert_refused(tmp_path, monkeypatch, ["sweep", "s.toml", "--out", "r.sqlite", "--executor", "ray", "--quiet",
+                                            "--address", address], "Ray")
+    assert not (tmp_path / "r.sqlite").exists()
+
+
+# --------------------------------------------------------------------------- issue 21: the steps accountant, divergence
+
+
+def test_the_steps_bound_at_small_step_noise_falls_back_to_rdp_quickly_and_says_so():
+    import time
+
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(cli, ["bound", "--accountant", "steps", "--step-noise", "0.1", "--local-steps", "5",
+                                   "--record-sampling", "0.5", "--rounds", "50"])
+    assert res.exit_code == 0, res.output
+    assert time.perf_counter() - t0 < 30
+    assert "note: steps:" in res.stderr and "composed with rdp instead" in res.stderr
+
+
+def test_a_pld_over_the_memory_limit_is_never_built():
+    from otafl.privacy.analysis.pld import pld_fits, set_memory_budget, take_notes
+    from otafl.privacy.analysis.steps import StepRound
+
+    take_notes()
+    small = [(StepRound(0.5, 0.5, 1.0, 5), 10)]
+    try:
+        set_memory_budget(8 * 2**30)
+        assert pld_fits(small, 1e-4) and take_notes() == []
+        set_memory_budget(2**20)  # 1 MiB: no PLD fits
+        assert not pld_fits(small, 1e-4) and "composed with rdp" in take_notes()[0]
+        assert not pld_fits([(StepRound(0.5, 0.5, 0.1, 5), 50)], 1e-4)
+    finally:
+        set_memory_budget(None)
+
+
+def test_a_run_whose_model_turns_non_finite_stops_with_one_line_exit_1_and_says_so_in_summary(tmp_path,
+                                                                                              monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.toml").write_text(SPEC.replace("rounds = 2", "rounds = 6"))
+    res = CliRunner().invoke(cli, ["run", "spec.toml", "--set", "train.lr=1e300", "--out", "r", "--quiet"])
+    assert res.exit_code == 1, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: training diverged at round 1 of 6"), res.stderr
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["diverged_at_round"] == 1 and summary["rounds"] == 1 and summary["rounds_planned"] == 6
+
+
+def test_plain_otafl_prints_its_help_not_an_error_line():
+    res = CliRunner().invoke(cli, [])
+    assert res.exit_code == 0 and res.stdout.startswith("Usage:") and "Commands:" in res.stdout
+
+
+DIGITAL = SPEC.replace('accountants = ["paper"]', 'accountants = ["digital"]').replace(
+    "[train]", '[train]\naggregation = "digital"')
+
+
+def test_calibrating_a_knob_that_a_digital_run_ignores_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "d.toml").write_text(DIGITAL)
+    _assert_refused(tmp_path, monkeypatch, ["calibrate", "d.toml", "--target-epsilon", "5", "--solve",
+                                            "transmit.sigma2"], "a digital run ignores it")
+
+
+def test_a_digital_run_whose_every_round_overflows_exits_1_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.toml").write_text(DIGITAL)
+    res = CliRunner().invoke(cli, ["run", "d.toml", "--set", "digital.mechanism='skellam'", "--set",
+                                   "digital.scale=1e15", "--out", "r", "--quiet"])
+    assert res.exit_code == 1, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "overflowed 2^digital.bits in all 2 rounds" in lines[0], res.stderr
+
+
+def test_a_terminated_or_killed_run_leaves_no_output_folder(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "spec.toml").write_text(SPEC.replace("rounds = 2", "rounds = 100000"))
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        proc = subprocess.Popen([sys.executable, "-m", "otafl", "run", "spec.toml", "--out", "r", "--quiet"],
+                                cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not any(p.name.startswith(".r.partial-") for p in tmp_path.iterdir()):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        err = proc.communicate(timeout=30)[1]
+        assert not (tmp_path / "r").exists()
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 143 and err.strip().splitlines() == [
+                "error: terminated by SIGTERM; no results written to r"], err
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
+    # after kill -9 only the hidden stage is left; the next run into the same folder removes it
+    (tmp_path / "spec.toml").write_text(SPEC)
+    res = CliRunner().invoke(cli, ["run", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "r"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "spec.toml"]

@@ -95,7 +95,7 @@ def test_composition_names_come_from_the_registry_and_pld_is_the_default():
     option = next(o for o in command.params if o.name == "composition")
     assert tuple(option.type.choices) == COMPOSITIONS and option.default == "pld"
     args = [*TABLE_II[:2], "--p", "0.5", "--sigma2", "0.1", "--n0", "0", "--rounds", "20", "--format", "json",
-            "--accountant", "tight,exact"]
+            "--accountant", "tight,exact", "--delta-total", "1e-3"]  # basic/advanced need sum_t delta_t below it
     pld, rdp = (strict_json(run(*args, *extra).output) for extra in ([], ["--composition", "rdp"]))
     assert pld["meta"]["composition"] == "pld" and rdp["meta"]["composition"] == "rdp"
     assert [r["composition"] for r in pld["rows"]] == ["pld", "pld"]
@@ -238,3 +238,21 @@ def test_bad_input_exits_2_with_one_line_and_no_traceback(args, needle):
     assert res.exit_code == 2, res.output
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("error:") and needle in res.stderr
     assert "Traceback" not in res.output
+
+
+def test_bound_table_shows_the_delta_and_flags_a_delta_above_one_over_k():
+    res = run("--accountant", "tight", "--p", "0.05", "--device", "cpu")
+    assert res.exit_code == 0, res.output
+    header, row = res.output.splitlines()[:2]
+    assert "tight:delta_central" in header and row.rstrip().endswith("#")
+    assert "# delta above 1/K" in res.output
+    ok = run("--accountant", "tight", "--p", "0.5", "--device", "cpu", "--max-delta", "1e-6")
+    assert ok.output.splitlines()[1].rstrip().endswith("#")  # 5e-6 > the user's limit
+
+
+def test_bound_totals_sit_at_delta_total_and_bad_values_are_one_line_errors():
+    out = strict_json(run("--p", "0.5", "--rounds", "10", "--accountant", "tight,exact,steps", "--delta-total",
+                          "1e-3", "--format", "json", "--device", "cpu").output)
+    assert all(r["delta_central_total"] == 1e-3 and r["delta_local_total"] == 1e-3 for r in out["rows"])
+    bad = run("--delta-total", "2", "--device", "cpu")
+    assert bad.exit_code == 2 and bad.output.strip() == "error: delta_total = 2.0 is outside the allowed range (0, 1)"

@@ -240,3 +240,15 @@ def test_an_older_results_file_without_flags_or_local_composition(tmp_path):
     assert "paper ε_l total (T = 5)" in head and "paper ε_c total (T = 5, rdp)" in head
     assert not any("!" in c for r in body for c in r)
     assert {r["paper_classic_valid"] for r in csv_rows(table(db, "--format", "csv").stdout)} == {""}
+
+
+def test_legend_and_latex_caption_state_the_totals_delta(tmp_path, results):
+    res = table(results)
+    assert "Totals at deltas 1e-05 to 2e-05" in res.stdout  # the fake runs mix local and central deltas
+    one = tradeoff_table(read_store(results).runs("done"))
+    for r in one.rows:
+        for a in r.leakage:
+            r.leakage[a]["delta_local_total"] = r.leakage[a]["delta_central_total"] = 1e-5
+    from otafl.report.table_format import render_table
+    assert "Every total at delta = 1e-05." in render_table(one, "md")
+    assert r"$\delta$ = 1e-05" in render_table(one, "latex").split(r"\caption{")[1].split("\n")[0]

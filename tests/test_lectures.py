@@ -98,3 +98,7 @@ def test_lecture_03_tradeoff(summaries):
     assert [float(p) for p, _, _ in points] == [0.1, 0.3, 0.5, 1.0]
     assert all(0.0 < float(acc) <= 1.0 and 0.0 < float(eps) < math.inf for _, acc, eps in points)
     assert "accuracy rises with p: yes" in line
+    assert "eps=exact_total delta=1e-05" in line  # the default accountant, its delta stated
+    eps = [float(e) for _, _, e in points]
+    falls = all(b < a for a, b in zip(eps, eps[1:]))
+    assert f"epsilon falls at every step up in p: {'yes' if falls else 'no'}" in line  # true of the points shown

@@ -223,10 +223,10 @@ def test_local_steps_run_carries_the_steps_accountant_automatically():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("train.local_steps=0", "train.local_steps = 0 is outside the allowed range [1, inf)"),
+    ("train.local_steps=0", "train.local_steps = 0 is outside the allowed range [1, 100000] (integers)"),
     ("train.record_sampling=1.5", "train.record_sampling = 1.5 is outside the allowed range (0, 1]"),
     ("train.record_sampling=0", "train.record_sampling = 0.0 is outside the allowed range (0, 1]"),
-    ("transmit.step_noise=-0.5", "transmit.step_noise = -0.5 is outside the allowed range [0, inf)"),
+    ("transmit.step_noise=-0.5", "transmit.step_noise = -0.5 is outside the allowed range 0 or [0.001, 1e+30]"),
     ("transmit.record_clip=0", "transmit.record_clip = 0.0 is outside the allowed range (0, inf)"),
     ("train.algorithm='fedprox'", "train.algorithm = 'fedprox' is not one of: fedavg, fedsgd, scaffold"),
 ])

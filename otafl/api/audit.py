@@ -27,8 +27,10 @@ from typing import Any, Sequence
 import torch
 
 from otafl.api.bound import bound_grid
-from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.heap import retained_heap
+from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
+from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
 from otafl.privacy.accountants import exact_round, exact_total
@@ -53,14 +55,15 @@ def _audit_batches(spec: RoundSpec, eps: torch.Tensor, *, samples: int, generato
     """``audit_round`` in batches of :data:`AUDIT_BATCH` draws (``rounds`` units each on
     ``tally``): (delta, lower, upper, hits), as one call gives them."""
     done, hits, total_y = 0, None, None
-    while done < samples:
-        size = min(AUDIT_BATCH, samples - done)
-        res = audit_round(spec, eps, samples=size, generator=generator, rounds=rounds, adversary=adversary,
-                          confidence=confidence)
-        hits = res.hits if hits is None else hits + res.hits
-        total_y = res.delta * size if total_y is None else total_y + res.delta * size
-        done += size
-        tally.advance(rounds)
+    with retained_heap():  # the batches' buffers are reused, not unmapped and faulted in again (otafl/heap.py)
+        while done < samples:
+            size = min(AUDIT_BATCH, samples - done)
+            res = audit_round(spec, eps, samples=size, generator=generator, rounds=rounds, adversary=adversary,
+                              confidence=confidence)
+            hits = res.hits if hits is None else hits + res.hits
+            total_y = res.delta * size if total_y is None else total_y + res.delta * size
+            done += size
+            tally.advance(rounds)
     lower, upper = clopper_pearson(hits, samples, confidence)
     return total_y / samples, lower, upper, hits
 
@@ -71,7 +74,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                n0: float = 1.0, dim: int = PAPER_DIM, rounds: int | None = None, scope: str = "central",
                adversary: str = "hidden", confidence: float = 0.95,
                device: str | torch.device = "cpu", max_draws: int = DEFAULT_MAX_DRAWS,
-               progress: Progress | None = None) -> dict[str, Any]:
+               progress: Progress | None = None, delta_total: float | None = DELTA_TOTAL) -> dict[str, Any]:
     """Accountants' bounds and the Monte Carlo audit on the product grid.
 
     Parameters
@@ -84,8 +87,9 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     rounds : T; also audits the totals over T identical rounds (T independent per-round
         losses added), each stated as a run states it: ``paper`` and ``tight`` by
         :func:`otafl.api.bound.bound_grid` (PLD among the compositions), ``exact`` by
-        :func:`otafl.privacy.accountants.exact_total` at its own total delta ((T + 1) delta_l
-        central, T p delta_l + delta_l local), whichever accountants are listed.
+        :func:`otafl.privacy.accountants.exact_total`, every one at ``delta_total``.
+    delta_total : the one delta of the totals (default :data:`DELTA_TOTAL`; None: each
+        accountant's own, the older default).
     scope : ``central``, ``local`` or ``both``.
     adversary : ``hidden``, ``others`` or ``total`` (:data:`otafl.privacy.audit.ADVERSARIES`).
     confidence : level of the two-sided Clopper-Pearson interval, in (0, 1).
@@ -117,6 +121,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         raise OtaflInputError(f"adversary = {adversary!r} is outside the allowed range "
                               f"{{{', '.join(ADVERSARIES)}}}")
     check_range("confidence", confidence, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
     scopes = ["central", "local"] if scope == "both" else [scope]
     horizons = [1] + ([rounds] if rounds is not None else [])
@@ -130,7 +135,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                   + G * len(scopes) * batches * sum(horizons))
     base = bound_grid(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db,
                       accountants=via_bound or ["paper"], delta_l=delta_l, delta_prime=delta_prime,
-                      n0=n0, dim=dim, rounds=rounds, device=device,
+                      n0=n0, dim=dim, rounds=rounds, device=device, delta_target=delta_total,
                       progress=tally.part(G * len(via_bound or ["paper"])))
     points = list(itertools.product(users, p, sigma2, clip, snr_db))
     by_point: dict[int, dict[str, dict]] = {i: {} for i in range(G)}
@@ -160,12 +165,11 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         for i in range(G):
             row = {k: ex[k][i] for k in ex}
             if rounds is not None:
-                # exact's own totals, as a run states them (account_run's rule): at (T + 1) delta_l
-                # central and T p delta_l + delta_l local, whatever other accountants are listed.
+                # exact's totals as a run states them (account_run's rule), at delta_total
                 u, pv, sv, lv, _ = points[i]
                 facts = [uniform_facts(int(u), pv, sv, c[i], n0, 2.0 * lv, dim, device)] * rounds
                 for sc in ["central"] + (["local"] if scope != "central" else []):
-                    tot = exact_total(facts, sc, delta_l=delta_l)
+                    tot = exact_total(facts, sc, delta_l=delta_l, delta_target=delta_total)
                     row.update({f"epsilon_{sc}_total": tot["epsilon"], f"delta_{sc}_total": tot["delta"]})
                     tally.advance(1)
             by_point[i]["exact"] = row
@@ -203,7 +207,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     tally.finish()
     meta = {"command": "audit", "accountants": list(accountants), "samples": samples, "seed": seed,
             "confidence": confidence, "adversary": adversary, "scope": scope, "delta_l": delta_l,
-            "delta_prime": delta_prime, "n0": n0, "dim": dim, "rounds": rounds, "device": str(device),
+            "delta_prime": delta_prime, "delta_total": delta_total, "n0": n0, "dim": dim, "rounds": rounds, "device": str(device),
             "interval": "Clopper-Pearson on the count of L > eps + Exp(1) draws (exact binomial)",
             "model": "worst-case pair +-L (sensitivity 2L), others' gradients known; h = 1 grid as otafl bound",
             "non_finite": JSON_NON_FINITE}

@@ -40,8 +40,9 @@ from typing import Any, Sequence
 
 import torch
 
-from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import MAX_EXACT_INT, bound_bytes, check_memory
+from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import (
     REASONS,
@@ -53,7 +54,10 @@ from otafl.privacy.accountants import (
     reason_text,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
+from otafl.privacy.accountants.result import delta_too_large
+from otafl.privacy.accountants.run import split_share
 from otafl.privacy.accountants.steps import steps_totals
+from otafl.privacy.analysis.concentration import AutoShare
 from otafl.privacy.analysis.composition import COMPOSITIONS as RULES
 from otafl.privacy.analysis.steps import COMPOSITIONS
 from otafl.progress import Progress, Tally
@@ -99,7 +103,7 @@ def _worst_round(bound: RoundBound) -> RoundBound:
                          for f in RoundBound.__dataclass_fields__})
 
 
-def _evaluate(acc, tally: Tally, piece: int, *, K, pp, s2, L, c, n0, delta_l, delta_prime, dim, **extra
+def _evaluate(acc, tally: Tally, piece: int, *, K, pp, s2, L, c, n0, delta_l, delta_prime, dim, share=None, **extra
               ) -> tuple[RoundBound, int]:
     """One accountant on a chunk of grid points [n] and evaluated rounds: fields [n, T].
 
@@ -111,8 +115,9 @@ def _evaluate(acc, tally: Tally, piece: int, *, K, pp, s2, L, c, n0, delta_l, de
     parts, size = [], n * t
     for lo in range(0, size, piece):
         k, pv, sv, lv, cv = (v[lo:lo + piece] for v in flat)
+        dp = delta_prime if share is None else AutoShare(share)
         b = acc.bound(participation_prob=pv, users=k, noise_var=sv, sensitivity=2 * lv, alignment_gain=cv, n0=n0,
-                      delta_l=delta_l, delta_prime=delta_prime, dim=dim, **extra)
+                      delta_l=delta_l, delta_prime=dp, dim=dim, **extra)
         parts.append({f: None if getattr(b, f) is None else torch.broadcast_to(getattr(b, f), (len(k),))
                       for f in RoundBound.__dataclass_fields__})
         if lo + piece < size:
@@ -147,7 +152,7 @@ def _exact_totals(*, K, pp, s2, L, c, n0: float, dim: int, rounds: int, delta_l:
 
 
 def _rows(name: str, points: list[tuple], bound: RoundBound, totals: dict | None, c_mean, chan_mean, *,
-          channel: bool, rounds: int | None, composition: str) -> list[dict]:
+          channel: bool, rounds: int | None, composition: str, max_delta: float | None = None) -> list[dict]:
     """The rows of one accountant on a chunk of grid points (fields [n])."""
     flat = {f: getattr(bound, f).tolist()
             for f in ("epsilon_local", "delta_local", "epsilon_central", "delta_central", "mean_participants",
@@ -175,6 +180,8 @@ def _rows(name: str, points: list[tuple], bound: RoundBound, totals: dict | None
                         "composition": composition if steps else composition_name(int(flat["composition_central"][i])),
                         "composition_local": composition if steps else
                         composition_name(int(flat["composition_local"][i]))})
+        row["delta_flagged"] = any(delta_too_large(row.get(k), row["users"], max_delta) for k in (
+            "delta_central", "delta_local", "delta_central_total", "delta_local_total"))
         rows.append(row)
     return rows
 
@@ -211,9 +218,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                snr_db: Sequence[float], accountants: Sequence[str], delta_l: float = 1e-5,
                delta_prime: float | str = "auto", n0: float | None = None, dim: int = PAPER_DIM,
                rounds: int | None = None, channel: str | None = None, seed: int = 0,
-               delta_target: float | None = None, device: str | torch.device = "cpu", local_steps: int = 1,
+               delta_target: float | None = DELTA_TOTAL, device: str | torch.device = "cpu", local_steps: int = 1,
                record_sampling: float = 1.0, step_noise: float | None = None, composition: str = "pld",
-               user_sampling: str = "revealed", progress: Progress | None = None) -> dict[str, Any]:
+               user_sampling: str = "revealed", progress: Progress | None = None,
+               max_delta: float | None = None) -> dict[str, Any]:
     """Evaluate the accountants on the product grid of the five axes.
 
     Parameters
@@ -236,7 +244,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         and T = ``rounds`` fading rounds are drawn with ``seed`` as a run draws them
         (:func:`channel_gain_floor`); without ``rounds``, :data:`DEFAULT_CHANNEL_ROUNDS`
         rounds for the per-round worst case (no totals; module docstring).
-    delta_target : total delta of the composed totals [default: basic composition's + delta_l].
+    delta_target : delta_total, the one delta of every accountant's totals (``--delta-total``,
+        default :data:`DELTA_TOTAL`; None: each accountant's own, the older default).
+    max_delta : the largest sane delta; a row whose per-round or total delta is above it
+        (default 1/K) has ``delta_flagged`` True.
     device : where the tensors live.
     composition : one of :data:`COMPOSITIONS`. ``pld`` (default): the totals as a run
         composes them (module docstring); ``rdp``: without PLD, the smallest of basic,
@@ -264,8 +275,14 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     ``fading_rounds`` drawn, ``evaluated_rounds`` and, without ``rounds``, the index of the
     ``worst_round``).
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
     accountants = check_accountants(accountants)
+    from otafl.limits import memory_limit_bytes
+    from otafl.privacy.analysis.pld import set_memory_budget, take_notes
+
+    take_notes()  # forget notes of earlier calls in this process
+    set_memory_budget(memory_limit_bytes())  # caps the steps accountant's PLDs
     for value in p:
         check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
     for value in sigma2:
@@ -277,8 +294,13 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         check_range("delta_prime", delta_prime, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     elif delta_prime != "auto":
         raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
+    if delta_target is not None and rounds is None:
+        raise OtaflInputError(f"delta_target = {delta_target!r} sets the total delta of the composed totals; "
+                              f"give rounds (--rounds T) too")
     if delta_target is not None:
-        check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+        check_range("delta_total", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    if max_delta is not None:
+        check_range("max_delta", max_delta, lo=0.0, hi=1.0, lo_open=True)
     check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
     if rounds is not None:
         check_range("rounds", rounds, lo=1)
@@ -290,6 +312,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                               f"{', '.join(a for a in accountants if a not in STEPS_ACCOUNTANTS)} compose with pld "
                               "or rdp")
     accs = [get_accountant(a) for a in accountants]
+    share = split_share(delta_prime, delta_target, rounds) if rounds is not None else None  # auto delta' per round
     f64 = dict(dtype=torch.float64, device=device)
     steps_kwargs = dict(local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
                         composition=composition, user_sampling=user_sampling)
@@ -357,16 +380,18 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 chan_mean = torch.zeros_like(norm) if n0 == 0.0 else n0 * (L * L + dim * s2) * inv_floor2
             if acc.name == "digital":  # secure aggregation over orthogonal access: no receiver noise in the sum
                 chan_mean = torch.zeros_like(chan_mean)
+            steps = acc.name in STEPS_ACCOUNTANTS
             per_round, held = _evaluate(acc, tally, piece, K=K, pp=pp, s2=s2, L=L, c=c_eval,
-                                        n0=0.0 if acc.name == "digital" else n0,
-                                        delta_l=delta_l, delta_prime=delta_prime, dim=int(dim),
+                                        n0=0.0 if acc.name == "digital" else n0, delta_l=delta_l,
+                                        delta_prime=share if steps and share is not None else delta_prime,
+                                        share=share if acc.name in PLD_ACCOUNTANTS else None, dim=int(dim),
                                         **(steps_kwargs if acc.name in STEPS_ACCOUNTANTS else {}))
             bound = _worst_round(per_round)
             totals = None
             if rounds is not None and acc.name in STEPS_ACCOUNTANTS:  # the rounds' mechanisms composed (channel-free)
                 totals = steps_totals(participation_prob=pp, users=K, noise_var=s2, sensitivity=2 * L,
-                                      delta_l=delta_l, rounds=rounds, delta_prime=delta_prime,
-                                      delta_target=delta_target, credit=STEPS_ACCOUNTANTS[acc.name], **steps_kwargs)
+                                      delta_l=delta_l, rounds=rounds,
+                                      delta_prime=delta_prime if share is None else share, delta_target=delta_target, credit=STEPS_ACCOUNTANTS[acc.name], **steps_kwargs)
             elif rounds is not None and acc.name == "exact" and composition == "pld":  # as account_run
                 totals = _exact_totals(K=K, pp=pp, s2=s2, L=L, c=c_eval, n0=n0, dim=int(dim), rounds=rounds,
                                        delta_l=delta_l, delta_target=delta_target)
@@ -379,14 +404,15 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 totals = compose_round_bounds(over_rounds, delta_target=delta_target, delta_slack=delta_l,
                                               pld=pld, local_revealed_rate=revealed)
             rows.extend(_rows(acc.name, point_list[start:stop], bound, totals, c_mean, chan_mean,
-                              channel=info is not None, rounds=rounds, composition=composition))
+                              channel=info is not None, rounds=rounds, composition=composition, max_delta=max_delta))
             tally.advance(held)  # the last piece counts once its totals and rows are done
     tally.finish()
     meta = {
         "command": "bound", "accountants": [a.name for a in accs], "grid": dict(zip(GRID_AXES, (
             list(users), list(p), list(sigma2), list(clip), None if info is not None else list(snr_db)))),
         "points": points, "delta_l": delta_l, "delta_prime": delta_prime, "n0": n0, "dim": int(dim),
-        "rounds": rounds, "delta_target": delta_target, "composition": composition, "sensitivity": "2 * clip",
+        "rounds": rounds, "delta_target": delta_target, "delta_total": delta_target, "max_delta": max_delta,
+        "delta_limit": "1/K" if max_delta is None else max_delta, "composition": composition, "sensitivity": "2 * clip",
         "alignment": (f"min policy over the preset's users, per fading round drawn as a run of the same spec and "
                       f"seed draws it ({info['fading_rounds']} rounds: --rounds, or {DEFAULT_CHANNEL_ROUNDS} "
                       f"without; rows: the worst round, "
@@ -401,4 +427,9 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         "reasons": {str(k): v for k, v in REASONS.items()},
         "non_finite": f"{JSON_NON_FINITE} (see defined/reason)",
     }
+    from otafl.privacy.analysis.pld import take_notes
+
+    notes = take_notes()  # e.g. a steps composition too large for a PLD, composed with rdp
+    if notes:
+        meta["notes"] = notes
     return {"rows": rows, "meta": meta}

@@ -7,12 +7,9 @@ run, ``run_experiment(spec, train=False)``: it draws the spec's fading and coins
 answer holds for the spec's ``train.seed``.
 
 The total epsilon is the run's own ``{accountant}_epsilon_{scope}_total``
-(:func:`otafl.privacy.accountants.account_run`). Its delta is, by default, the one the
-run reports (``{accountant}_delta_{scope}_total``: the basic composition's sum_t delta_t
-plus delta_l), which moves with the knob (more rounds, more delta). ``target_delta``
-fixes the total delta instead. It cannot simply default to ``privacy.delta_l``: the
-central total also pays sum_t delta'_t >= T * 1e-5 for the concentration events, so at
-delta_l it would be +inf.
+(:func:`otafl.privacy.accountants.account_run`), at the run's ``privacy.delta_total``
+(default 1e-5; docs/privacy.md#delta-total), the same delta whatever the knob;
+``target_delta`` (``--delta-total``) sets another.
 
 Leakage is not monotone in every knob (``tight``/``exact`` central eps in p jumps with the
 participant quantile; channel noise and alignment interact with SNR and clip), so the
@@ -32,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from otafl.device import default_threads
 from otafl.config import Spec
 from otafl.validation import validate
 from otafl.errors import MAX_SCALE, OtaflInputError, check_range
@@ -271,6 +269,9 @@ def _check_inputs(spec: Spec, knob: str, target_epsilon: float, target_delta: fl
     if knob not in KNOBS:
         raise OtaflInputError(f"knob = {knob!r} is outside the allowed range {{{', '.join(KNOBS)}}}")
     k = KNOBS[knob]
+    if knob == "transmit.sigma2" and spec.train.aggregation == "digital":
+        raise OtaflInputError("knob = 'transmit.sigma2' is outside the allowed range for train.aggregation = "
+                              "'digital' (a digital run ignores it: its noise is digital.sigma2)")
     check_range("target_epsilon", target_epsilon, 0.0, math.inf, lo_open=True, hi_open=True)
     if target_delta is not None:
         check_range("target_delta", target_delta, 0.0, 1.0, lo_open=True, hi_open=True)
@@ -297,7 +298,8 @@ def _fmt(v: float) -> str:
 
 def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: float | None = None,
               accountant: str | None = None, scope: str = "central", grid_points: int = 12,
-              value_range: Sequence[float] | None = None, tol: float = 1e-3) -> CalibrationResult:
+              value_range: Sequence[float] | None = None, tol: float = 1e-3,
+              progress=None) -> CalibrationResult:
     """Solve for ``knob`` so that the run's total epsilon is at most ``target_epsilon``.
 
     Parameters
@@ -306,18 +308,22 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     knob : a name in :data:`KNOBS`.
     target_epsilon : in (0, inf).
     target_delta : total delta in (0, 1) at which the totals are composed; default
-        ``None``: the run's own total delta (see the module docstring).
+        ``None``: the spec's ``privacy.delta_total``.
     accountant : a name in ``ACCOUNTANTS``; default the spec's first.
     scope : "central" or "local" (``epsilon_local_total``: the worst user's).
     grid_points : bracketing grid size (>= 2), geometric or linear per knob.
     value_range : (lo, hi) inside the knob's allowed range; default per knob.
     tol : bisection tolerance, relative for log knobs (sigma2, rounds, clip), absolute for
         linear ones (p; snr_db in dB); integers (rounds) are refined to adjacent values.
+    progress : called as ``progress(done, total)`` after each bounds-only run (``total``
+        grows past ``grid_points`` as the bisection goes on).
 
     Returns a :class:`CalibrationResult`; raises :class:`CalibrationInfeasible` when no
     value in the range meets the target and :class:`OtaflInputError` on bad input.
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     k, accountant = _check_inputs(spec, knob, target_epsilon, target_delta, accountant, scope, grid_points, tol)
+    target_delta = spec.privacy.delta_total if target_delta is None else target_delta
     lo, hi = _resolve_range(k, spec, value_range)
     base = dataclasses.replace(spec, privacy=dataclasses.replace(spec.privacy, accountants=[accountant]))
     eps_key = f"{accountant}_epsilon_{scope}_total"
@@ -326,6 +332,8 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     def summary_at(value: float) -> dict:
         if value not in cache:
             cache[value] = bounds_only_summary(k.apply(base, value), delta_target=target_delta)
+            if progress is not None:  # the grid first, then each bisection step (total grows as it goes)
+                progress(len(cache), max(int(grid_points), len(cache) + 1))
         return cache[value]
 
     def epsilon_at(value: float) -> float:
@@ -342,8 +350,7 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
             best = f"the best found is {_fmt(best_eps)} at {knob} = {_fmt(best_v)}"
         else:
             best = f"the best found is {_fmt(best_eps)} (undefined everywhere searched"
-            best += (f"; is target_delta = {target_delta:g} above the run's sum of per-round deltas?)"
-                     if target_delta is not None else ")")
+            best += f"; do the per-round tails reach delta_total = {target_delta:g}?)"
         raise CalibrationInfeasible(
             f"no {knob} in [{_fmt(lo)}, {_fmt(hi)}] meets {accountant} {scope} epsilon_total <= "
             f"{_fmt(target_epsilon)}: {best} ({len(cache)} bounds-only runs); "

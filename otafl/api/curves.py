@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from otafl.device import default_threads
 from otafl.api.defaults import PAPER_DIM
 from otafl.errors import check_range, check_scale
 from otafl.progress import Progress, Tally
@@ -53,6 +54,7 @@ def accountant_curves(*, p: Sequence[float] = DEFAULT_P, users: int = PRESET["us
     ``paper_classic_valid`` (list of bool: the paper's classic Gaussian step has eps_0 <= 1);
     the parameters ``users sigma2 clip delta_l n0 dim``.
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     from otafl.privacy.accountants import paper_round, tight_round
     from otafl.privacy.accountants import exact_round
 

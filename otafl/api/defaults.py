@@ -9,6 +9,10 @@ from __future__ import annotations
 PAPER_DIM = 784 * 10 + 10
 """d = 7850: the paper's single-layer MNIST model (784 x 10 weights + 10 biases)."""
 
+DELTA_TOTAL = 1e-5
+"""The default ``privacy.delta_total`` / ``--delta-total``: the one delta at which every
+accountant states its totals over a run (docs/privacy.md#delta-total)."""
+
 JSON_NON_FINITE = 'JSON writes non-finite numbers as the strings "inf", "-inf" and "nan"'
 """How ``--format json`` writes +inf / -inf / NaN (:func:`otafl.results.jsonable`)."""
 

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from otafl.device import default_threads
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import get_accountant
@@ -82,10 +83,14 @@ def _fit(users: Sequence[int], eps: Sequence[float]) -> dict:
             "k_mid": mid}
 
 
+MAX_USERS = 1e12
+"""Largest number of users K of a scaling grid (K is an integer; inf is refused)."""
+
+
 def log_users(k_min: float, k_max: float, points: int) -> list[int]:
     """``points`` log-spaced K values from ``k_min`` to ``k_max``, rounded, repeats dropped."""
-    check_range("k_min", k_min, lo=1)
-    check_range("k_max", k_max, lo=k_min, lo_open=True)
+    check_range("k_min", k_min, lo=1, hi=MAX_USERS, finite=True)
+    check_range("k_max", k_max, lo=k_min, hi=MAX_USERS, lo_open=True, finite=True)
     check_range("points", points, lo=2)
     return [int(k) for k in np.unique(np.round(np.logspace(math.log10(k_min), math.log10(k_max), points)))]
 
@@ -218,6 +223,7 @@ def scaling_grid(*, k_min: float = 1e2, k_max: float = 1e6, points: int = 41, ex
     fills in the image it writes); ``curves`` is the dict of :func:`scaling_curves`
     (what the figure draws).
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     accountants = check_accountants(accountants)
     check_range("exact_points", exact_points, lo=2)
     grid = log_users(k_min, k_max, points)

@@ -14,7 +14,8 @@ import click
 from otafl.api.audit import DEFAULT_ACCOUNTANTS, SCOPES, audit_grid
 from otafl.api.defaults import PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
-                               output_options, parse_delta_prime, parse_list, quiet_option)
+                               delta_total_option, output_options, parse_delta_prime,
+                               parse_list, quiet_option)
 from otafl.device import resolve_device
 from otafl.limits import DEFAULT_MAX_DRAWS
 from otafl.privacy.audit import ADVERSARIES
@@ -35,6 +36,7 @@ from otafl.report.text import audit_text
                         "(default: all three, to compare them).")
 @click.option("--rounds", type=int, default=None,
               help="Also audit the totals over T identical rounds (each draw is T rounds: T times slower).")
+@delta_total_option()
 @click.option("--samples", type=int, default=1_000_000, show_default=True,
               help="Monte Carlo draws per grid point, scope and horizon.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Monte Carlo generator.")
@@ -49,7 +51,7 @@ from otafl.report.text import audit_text
               help="Refuse audits of more Monte Carlo draws in all (points x scopes x horizons x samples).")
 @output_options
 @quiet_option
-def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, samples, seed,
+def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_total, samples, seed,
           scope, adversary, confidence, max_draws, fmt, device, quiet):
     """Monte Carlo audit of the mechanism beside each accountant's (epsilon, delta)."""
     with progress_bar("audit", quiet=quiet) as progress:
@@ -59,5 +61,5 @@ def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, account
             accountants=accountant_list(accountant), samples=samples, seed=seed, delta_l=delta_l,
             delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds, scope=scope,
             adversary=adversary, confidence=confidence, device=resolve_device(device), max_draws=max_draws,
-            progress=progress)
+            progress=progress, delta_total=delta_total)
     echo_result(result, fmt, audit_text)

@@ -13,7 +13,8 @@ import click
 from otafl.api.bound import COMPOSITIONS, DEFAULT_CHANNEL_ROUNDS, bound_grid
 from otafl.api.defaults import PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
-                               output_options, parse_delta_prime, parse_list, quiet_option)
+                               max_delta_option, delta_total_option, output_options, parse_delta_prime,
+                               parse_list, quiet_option)
 from otafl.device import resolve_device
 from otafl.errors import OtaflInputError
 from otafl.progress import progress_bar
@@ -37,8 +38,8 @@ from otafl.report.text import bound_text
 @click.option("--rounds", type=int, default=None,
               help="Also compose over T rounds, as a run of the same spec composes them (see --composition); "
                    "with --channel, draw exactly T fading rounds.")
-@click.option("--delta-target", "delta_target", type=float, default=None,
-              help="Total delta of the composed totals [default: basic composition's delta + delta_l].")
+@delta_total_option()
+@max_delta_option()
 @click.option("--channel", default=None, metavar="PRESET",
               help="Channel preset (name in channels/ or a TOML path): draw fading rounds as `otafl run` "
                    "does for the same preset and seed, instead of h = 1, and report the worst round: T = "
@@ -65,7 +66,7 @@ from otafl.report.text import bound_text
 @output_options
 @quiet_option
 @click.pass_context
-def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_target,
+def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_total, max_delta,
           channel, seed, local_steps, record_sampling, step_noise, composition, user_sampling, fmt, device, quiet):
     """Per-round local and central DP bounds (and totals with --rounds) on a grid, no training."""
     explicit = {name for name in ("users", "snr_db")
@@ -78,7 +79,9 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
             sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
             snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
             delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
-            channel=channel, seed=seed, delta_target=delta_target, device=resolve_device(device),
+            channel=channel, seed=seed, delta_target=delta_total, max_delta=max_delta, device=resolve_device(device),
             local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
             composition=composition, user_sampling=user_sampling, progress=progress)
     echo_result(result, fmt, bound_text)
+    for note in result["meta"].get("notes", []):
+        click.echo(f"note: {note}", err=True)

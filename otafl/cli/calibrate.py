@@ -12,7 +12,8 @@ import click
 
 from otafl.api.calibrate import KNOBS, SCOPES, calibrate as calibrate_spec, calibration_header, write_spec
 from otafl.api.defaults import accountant_names
-from otafl.cli.options import parse_list
+from otafl.cli.options import parse_list, quiet_option
+from otafl.progress import progress_bar
 from otafl.errors import OtaflInputError
 from otafl.report.text import calibration_text
 
@@ -28,9 +29,9 @@ def _knob_help() -> str:
               help="Target total epsilon over the spec's train.rounds rounds.")
 @click.option("--solve", "knob", type=click.Choice(list(KNOBS)), required=True,
               help=f"The spec value to solve for ({_knob_help()}).")
-@click.option("--target-delta", "target_delta", type=float, default=None,
-              help="Total delta at which the totals are composed [default: the run's own total delta, "
-                   "as `otafl run` reports it: sum of the per-round deltas + privacy.delta_l].")
+@click.option("--delta-total", "--target-delta", "target_delta", type=float, default=None,
+              help="The one delta of the totals the target epsilon is solved at [default: the spec's "
+                   "privacy.delta_total, 1e-5 unless set; docs/privacy.md#delta-total].")
 @click.option("--accountant", type=click.Choice(accountant_names()), default=None,
               help="Accountant [default: the spec's first privacy.accountants entry].")
 @click.option("--scope", type=click.Choice(SCOPES), default="central", show_default=True,
@@ -49,8 +50,9 @@ def _knob_help() -> str:
 @click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
               help="Write the calibrated spec (TOML) here.")
 @click.option("--overwrite", is_flag=True, help="Let --write replace an existing file.")
+@quiet_option
 def calibrate(spec, target_epsilon, knob, target_delta, accountant, scope, grid_points, value_range, tol,
-              overrides, seed, fmt, write_path, overwrite):
+              overrides, seed, fmt, write_path, overwrite, quiet):
     """Find the value of one spec knob that meets a total-epsilon target (Opacus'
     get_noise_multiplier, for any of the knobs below).
 
@@ -73,9 +75,10 @@ def calibrate(spec, target_epsilon, knob, target_delta, accountant, scope, grid_
         bounds = parse_list("--range", value_range)
         if len(bounds) != 2:
             raise OtaflInputError(f"--range = {value_range!r} must be two numbers LO,HI")
-    result = calibrate_spec(cfg, knob=knob, target_epsilon=target_epsilon, target_delta=target_delta,
-                            accountant=accountant, scope=scope, grid_points=grid_points,
-                            value_range=bounds, tol=tol)
+    with progress_bar("calibrate", quiet=quiet, unit="run") as progress:  # one bounds-only run a step
+        result = calibrate_spec(cfg, knob=knob, target_epsilon=target_epsilon, target_delta=target_delta,
+                                accountant=accountant, scope=scope, grid_points=grid_points,
+                                value_range=bounds, tol=tol, progress=progress)
     if write_path is not None:
         source = (spec or "the default spec") + "".join(f" --set {o}" for o in overrides)
         write_spec(write_path, result.spec, calibration_header(result, source), overwrite=overwrite)

@@ -25,6 +25,9 @@ def plot_digital(results, out, no_curves):
         raise OtaflInputError("the results file holds no finished ('done') runs yet; run or resume the sweep first")
     curves = None
     digital = [r for r in runs if r.params.get("train", {}).get("aggregation") == "digital"]
+    if not digital:
+        raise OtaflInputError(f"results file {results!r} holds no digital runs (train.aggregation = 'digital'); "
+                              f"plot-digital compares them with over-the-air runs, use otafl plot for the others")
     if digital and not no_curves:
         r = digital[0]
         total = r.summary.get("digital_delta_central_total")

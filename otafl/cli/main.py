@@ -29,6 +29,11 @@ class OtaflGroup(click.Group):
         except click.exceptions.Abort:
             click.echo("error: aborted", err=True)
             sys.exit(1)
+        except click.exceptions.NoArgsIsHelpError as e:  # plain `otafl`: the help, as --help prints it
+            click.echo(e.ctx.get_help() if e.ctx is not None else self.get_help(click.Context(self)))
+            if standalone_mode:
+                sys.exit(0)
+            return 0
         except click.ClickException as e:
             msg = " ".join(e.format_message().split())
             click.echo(f"error: {msg}", err=True)
@@ -58,7 +63,13 @@ def cli(threads: int, memory_limit: float | None) -> None:
 
     import torch
 
+    from otafl.device import threads_chosen
+
     torch.set_num_threads(threads)
+    if memory_limit is not None and not memory_limit < float("inf"):
+        raise OtaflInputError(f"--memory-limit = {memory_limit!r} is outside the allowed range (0, inf), finite "
+                              f"(GiB; also ${MEMORY_ENV})")
+    threads_chosen()
     if memory_limit is not None:  # the environment carries it to sweep workers too
         os.environ[MEMORY_ENV] = repr(memory_limit)
 

@@ -98,6 +98,22 @@ def delta_options(*, delta_l_help: str, delta_prime_help: str) -> Callable:
     )
 
 
+def delta_total_option(help: str = "") -> Callable:
+    """``--delta-total`` (alias ``--delta-target``): the one delta of every accountant's totals."""
+    from otafl.api.defaults import DELTA_TOTAL
+
+    return click.option("--delta-total", "--delta-target", "delta_total", type=float, default=DELTA_TOTAL,
+                        show_default=True, help=help or "The one delta at which every accountant states its "
+                        "totals over the rounds (privacy.delta_total; docs/privacy.md#delta-total); where an "
+                        "accountant's fixed per-round tails already reach it, its total is inf.")
+
+
+def max_delta_option() -> Callable:
+    """``--max-delta``: the largest sane delta; deltas above it are flagged [default 1/K]."""
+    return click.option("--max-delta", "max_delta", type=float, default=None,
+                        help="Flag every per-round or total delta above this value [default: 1/K].")
+
+
 def accountant_option(*, default: Sequence[str],
                       help: str = "Accountant(s), repeatable or comma-separated.") -> Callable:
     """``--accountant``: a :class:`CommaChoice` of the registered accountants, repeatable;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from otafl.api.defaults import accountant_names
 from otafl.report.names import EPSILONS, KINDS
 
 
@@ -20,7 +21,7 @@ from otafl.report.names import EPSILONS, KINDS
               help="One panel per value of this grouping key [default: the first key that varies besides "
                    "the sampling keys and the seed, e.g. channel.snr_db; none: a single panel].")
 @click.option("--accountant", default=None, metavar="NAME[,NAME]",
-              help="Accountant(s) on the epsilon axis: paper, tight, exact, or all [default for tradeoff: exact "
+              help=f"Accountant(s) on the epsilon axis: {', '.join(accountant_names())}, or all [default for tradeoff: exact "
                    "if the runs carry it, else the first present (as otafl table); for privacy: all].")
 @click.option("--epsilon", type=click.Choice(EPSILONS), default="round", show_default=True,
               help="privacy / tradeoff: the worst round's leakage, or the total composed over the T rounds.")

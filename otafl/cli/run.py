@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import click
@@ -53,9 +55,28 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
         if rec["test_accuracy"] == rec["test_accuracy"]:  # evaluated this round
             bars[0].set_postfix(acc=f"{rec['test_accuracy']:.3f}", K_t=rec["participants"])
 
+    def terminated(signum, frame):  # SIGTERM: clean up like Ctrl-C (no partial folder), one line
+        click.echo(f"error: terminated by {signal.Signals(signum).name}; no results written to {out_dir}", err=True)
+        raise SystemExit(128 + signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, terminated) if main_thread else None
     try:
         result = run_to_folder(cfg, out_dir, overwrite=overwrite, device=device, on_round=on_round)
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old)
         for bar in bars:
             bar.close()
     click.echo(run_text(result.summary, cfg.privacy.accountants, out_dir), nl=False)
+    overflowed, rounds = result.summary.get("overflow_rounds"), result.summary.get("rounds")
+    if overflowed and rounds and overflowed >= rounds:
+        click.echo(f"error: the digital sum overflowed 2^digital.bits in all {rounds} rounds, so the model never "
+                   f"moved (digital.scale = {cfg.digital.scale!r} with digital.bits = {cfg.digital.bits}); lower "
+                   f"digital.scale or use 'auto'; see {out_dir}/summary.json", err=True)
+        raise SystemExit(1)
+    at = result.summary.get("diverged_at_round")
+    if at is not None:
+        click.echo(f"error: training diverged at round {at} of {cfg.train.rounds} (the loss or the model became "
+                   f"NaN/inf; lower train.lr or check the noise); stopped there, see {out_dir}/summary.json", err=True)
+        raise SystemExit(1)

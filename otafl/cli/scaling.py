@@ -82,6 +82,12 @@ def scaling(p, a, sigma2, clip, delta_l, delta_prime, dim, n0, snr_db, k_min, k_
     """Fit and draw how the central leakage falls with K: fixed p (theory -1/2) and p = a/sqrt(K) (-3/4)."""
     from tqdm import tqdm
 
+    if out is not None and not no_plot:  # a bad --out is refused before the work, not after it
+        from otafl.report.plots import check_suffix
+        from otafl.results import check_path_fits
+
+        check_path_fits(out)
+        check_suffix(out)
     bar = None
 
     def progress(done: int, total: int, label: str) -> None:

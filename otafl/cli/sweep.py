@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from otafl.device import DEVICES
+from otafl.device import DEVICES, resolve_device
 from otafl.sweep.executor import DEFAULT_EXECUTOR, EXECUTORS
 from otafl.sweep.grid import DEFAULT_MAX_POINTS
 
@@ -23,6 +23,12 @@ def _forget_caught_interrupt() -> None:
     (status -2) instead of with the exit code. Every string ``exec`` clears that memory.
     """
     exec("pass")  # noqa: S102 - a constant string
+
+
+def check_devices(points, device: str | None) -> None:
+    """Refuse, before the results file exists, a device some point cannot use (cuda without CUDA)."""
+    for name in sorted({device or pt.spec.train.device for pt in points}):
+        resolve_device(name)
 
 
 @click.command("sweep")
@@ -66,7 +72,7 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
     """
     from otafl.sweep.executor import SweepAborted, check_executor, pending_points, run_sweep
     from otafl.sweep.grid import grid_identity, load_grid, point_label
-    from otafl.sweep.store import open_store
+    from otafl.sweep.store import discard_if_empty, open_store
 
     sweep_spec, points = load_grid(spec, overrides, max_points=max_points)
     if dry_run:
@@ -75,21 +81,31 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
         click.echo(f"{len(points)} runs ({'trained' if sweep_spec.train else 'bounds only, train = false'})")
         return
     check_executor(executor, workers=workers, address=address)  # before OUT is created
+    check_devices(points, device)
     if out is None:
         out = os.path.join("runs", f"{Path(spec).stem}.sqlite")
-    with open_store(out, resume=resume, grid=grid_identity(sweep_spec, points)) as store:
+    store = open_store(out, resume=resume, grid=grid_identity(sweep_spec, points))
+    interrupted = False
+    try:
         try:
             report = run_sweep(store, points, workers=workers, device=device, progress=not quiet,
                                executor=executor, address=address)
+            store.check_intact()
         except SweepAborted as e:
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
+            interrupted = True  # its runs in flight stay `running` for --resume
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: this same line and exit code
             _forget_caught_interrupt()
             click.echo(f"error: interrupted; finished runs are in {out}, rerun with --resume", err=True)
             ctx.exit(130)
         done = len(points) - len(pending_points(store, points))  # grid points done: never above the grid size
+    finally:
+        if interrupted:
+            store.close()
+        else:
+            discard_if_empty(store)  # a sweep that failed before its first result leaves no file
     click.echo(f"{report.done} runs done, {report.skipped} skipped (already done), {report.failed} failed "
                f"in {report.wall_seconds:.1f} s; {done} of {report.total} grid points done -> {out}")
     if report.failed:

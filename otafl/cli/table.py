@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from otafl.api.defaults import accountant_names
 from otafl.report.table import COLUMNS, DEFAULT_COLUMNS, FORMATS
 
 COLUMN_HELP = ", ".join(COLUMNS) + " (group: every other swept key; or a key's own name)"
@@ -15,7 +16,7 @@ COLUMN_HELP = ", ".join(COLUMNS) + " (group: every other swept key; or a key's o
               help="Markdown (GitHub), plain text (aligned columns), LaTeX (a table float: booktabs tabular, "
                    "caption, note) or CSV (plain numbers).")
 @click.option("--accountant", "accountant", default=None, metavar="NAME[,NAME]",
-              help="Accountant(s) whose leakage is shown: paper, tight, exact, steps, digital, or all "
+              help=f"Accountant(s) whose leakage is shown: {', '.join(accountant_names())}, or all "
                    "[default: exact if the runs carry it, else the first one present; digital beside it when "
                    "the runs carry it].")
 @click.option("--columns", "columns", default=None, metavar="NAME[,NAME...]",

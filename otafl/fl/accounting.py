@@ -34,7 +34,13 @@ def account_facts(spec: Spec, facts: list[RoundFacts], digital=None, delta_targe
         others = []
     names = own + others + [a for a in extra if a not in own + others]  # the run-level composers first
     dg = spec.digital
+    target = spec.privacy.delta_total if delta_target is None else delta_target  # the one delta of the totals
+    from otafl.limits import memory_limit_bytes
+    from otafl.privacy.analysis.pld import set_memory_budget, take_notes
+
+    take_notes()
+    set_memory_budget(memory_limit_bytes())  # caps the steps accountant's PLDs (rdp beyond, noted)
     result = account_run(facts, accountants=names, delta_l=spec.privacy.delta_l,
-                         delta_prime=spec.privacy.delta_prime, delta_target=delta_target,
-                         digital_delta_total=None if dg.delta_total == "auto" else float(dg.delta_total))
-    return result, note
+                         delta_prime=spec.privacy.delta_prime, delta_target=target,
+                         digital_delta_total=target if dg.delta_total == "auto" else float(dg.delta_total))
+    return result, "; ".join(n for n in [note, *take_notes()] if n)

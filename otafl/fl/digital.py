@@ -44,14 +44,14 @@ from otafl.fl.grads import UserGradients
 from otafl.fl.rotation import coordinate_bound, fwht, padded_dim, random_signs, rotation_columns, unrotate
 from otafl.fl.coins import GRID_BITS, CoinSource, coins_below
 from otafl.fl.secagg import modular_sum, rounding_coins, secagg_decode
-from otafl.fl.strategies import MECHANISMS  # the names (digital.mechanism), re-exported
+from otafl.fl.strategies import MECHANISMS, SCALED_MECHANISMS  # the names (digital.mechanism), re-exported
 from otafl.privacy.facts import DigitalMechanism
 from otafl.transmit import clip_factors
 
 __all__ = ["MECHANISMS", "DigitalSetup", "build_digital", "binomial_counts", "digital_cost_only",
            "digital_aggregate"]
 
-SCALED = ("skellam", "ddg")
+SCALED = SCALED_MECHANISMS  # otafl.fl.strategies, the registry of the names
 """The mechanisms that scale, round stochastically and add integer shares (same decoding)."""
 
 OVERFLOW_SIGMAS = 6.0

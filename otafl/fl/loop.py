@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from otafl.config import Spec
+from otafl.device import default_threads
 from otafl.estimate import ESTIMATORS
 from otafl.fl.accounting import account_facts
 from otafl.fl.aggregations import build_aggregation
@@ -64,10 +65,11 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     gradients and leaves the model untouched: the privacy accounting of the run, fast
     (sweeps with ``train = false``). Accuracy and loss are then NaN.
     ``on_round`` is called with each round's record (progress bars, live logs).
-    ``delta_target`` fixes the total delta of the composed totals (default: each
-    accountant's own, see :func:`otafl.privacy.accountants.account_run`).
+    ``delta_target`` overrides ``privacy.delta_total``, the one delta at which every
+    accountant states its totals over the run (:func:`otafl.privacy.accountants.account_run`).
     Returns the run summary (JSON-able) and one record per round.
     """
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     t0 = time.perf_counter()
     run = build_run(spec, device=device)
     dev, gens, data, model, dim = run.device, run.generators, run.data, run.model, run.dim
@@ -86,6 +88,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     records: list[dict] = []
     facts: list[RoundFacts] = []
     test_acc = math.nan
+    diverged_at = None  # the first round whose loss or model is NaN/inf: training stops there
     warm = algorithm.warm_start(aggregation, h_all[0], estimate, gens["noise"], train=train)
     if warm is not None:  # a transmission before round 1 (SCAFFOLD's warm start), accounted as a round
         warm_facts = algorithm.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise, warm=True)
@@ -120,10 +123,14 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
             "mean_p": float(p.mean()),
             **agg.extras,
         }
+        if train and n_tx > 0 and not (math.isfinite(train_loss) and _finite(model)):
+            diverged_at = t + 1
         records.append(rec)
         facts.append(aggregation.facts(agg, p_eff, sensitivity=sensitivity, step_facts=step_facts))
         if on_round is not None:
             on_round(rec)
+        if diverged_at is not None:
+            break
 
     privacy, privacy_note = account_facts(spec, facts, aggregation.digital, delta_target)
     offset = len(facts) - len(records)  # the warm-start transmission comes first in the facts
@@ -131,7 +138,8 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
         rec.update(privacy.round_fields(t + offset))
     summary = {
         "final_test_accuracy": test_acc,
-        "rounds": T,
+        "rounds": len(records),
+        **({"diverged_at_round": diverged_at, "rounds_planned": T} if diverged_at is not None else {}),
         "users": K,
         "dim": dim,
         "mean_participants": float(np.mean([r["participants"] for r in records])),
@@ -147,9 +155,15 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
                                   if not math.isnan(r["train_loss"])), math.nan),
         "max_power_ratio": max([r["max_power_ratio"] for r in records] + ([warm.max_power_ratio] if warm else [])),
         "delta_l": spec.privacy.delta_l,
+        "delta_total": spec.privacy.delta_total if delta_target is None else delta_target,
         **aggregation.summary(records),
         **({"privacy_note": privacy_note} if privacy_note else {}),
         **privacy.summary_fields(),
         "wall_seconds": time.perf_counter() - t0,
     }
     return RunResult(summary=summary, rounds=records, privacy=privacy, facts=facts)
+
+
+def _finite(model) -> bool:
+    """Whether every model parameter is finite (no NaN or inf)."""
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())

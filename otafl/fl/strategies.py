@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-__all__ = ["AGGREGATIONS", "ALGORITHMS", "MECHANISMS", "SUPERPOSITIONS", "Strategy"]
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "MECHANISMS", "SCALED_MECHANISMS", "SUPERPOSITIONS", "Strategy"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,6 @@ MECHANISMS = {
     "pbm": "rotation, box, Poisson-binomial encoding, modular sum",
 }
 """The digital aggregation's mechanisms by name (``digital.mechanism``; :mod:`otafl.fl.digital`)."""
+
+SCALED_MECHANISMS = ("skellam", "ddg")
+"""The mechanisms that scale and round to integers summed modulo 2^bits (``digital.scale``)."""

@@ -8,12 +8,14 @@ slopes in the legend, and the theory slopes -1/2 and -3/4 as thin grey reference
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 import numpy as np
 
 from otafl.api.scaling import SCHEMES, THEORY_SLOPES
+from otafl.results import atomic_write_bytes
 
 __all__ = ["plot_scaling"]
 
@@ -65,8 +67,9 @@ def plot_scaling(curves: dict, path: str | Path) -> Path:
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(fontsize=7.5, loc="lower left")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, dpi=150, format=Path(path).suffix[1:].lower() or "png")
+    finally:
+        plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())  # whole file or none (a full disk: one line)

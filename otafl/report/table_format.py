@@ -256,12 +256,27 @@ def _legend(table: TradeoffTable, cols: Sequence[tuple], fmt: str) -> str:
                   accs=esc(f"accountant{plural}: {', '.join(table.accountants) or 'none'}"),
                   T=f"$T = {_rounds(table)}$" if tex else f"T = {_rounds(table)}",
                   flagnote=r"$\dagger$" if tex else "!")
-    parts = [_LEGEND]
+    phrase = _delta_phrase(table)
+    parts = [_LEGEND] + ([phrase[0].upper() + phrase[1:] + "."] if phrase else [])
     if any(c[0] == "row" and c[1] == "participants" for c in cols):
         parts.append(_LEGEND_PARTICIPANTS)
     parts += [_LEGEND_SUMDOM if a == "steps-sumdom" else _LEGEND_FLAG.replace("@acc@", a)
               for a in _flagged(table, cols)]
     return re.sub(r"@([A-Za-z0-9_\\]+)@", lambda m: values[m.group(1).replace("\\", "")], esc(" ".join(parts)))
+
+
+def _delta_phrase(table: TradeoffTable) -> str:
+    """The totals' delta: one value for every row and accountant (one delta_total), or a
+    pointer to the delta columns where runs differ."""
+    ds = {float(r.leakage[a][k]) for r in table.rows for a in r.leakage
+          for k in ("delta_central_total", "delta_local_total")
+          if k in r.leakage[a] and r.leakage[a][k] == r.leakage[a][k] and r.leakage[a][k] > 0}
+    if not ds:
+        return ""
+    if len(ds) == 1:
+        return f"every total at delta = {ds.pop():.3g}"
+    return (f"totals at deltas {min(ds):.3g} to {max(ds):.3g} (runs of different privacy.delta_total or older "
+            "stores; --columns delta_central_total shows each)")
 
 
 def _default_caption(table: TradeoffTable) -> str:
@@ -270,8 +285,9 @@ def _default_caption(table: TradeoffTable) -> str:
              else f"mean over {n[0]}--{n[-1]} seeds")
     accs = ", ".join(latex_escape(a) for a in table.accountants) or "no"
     plural = "s" if len(table.accountants) != 1 else ""
+    delta = latex_escape(_delta_phrase(table)).replace("deltas", r"$\delta$").replace("delta =", r"$\delta$ =")
     return (f"Test accuracy and privacy leakage per sampling configuration ({accs} accountant{plural}, "
-            f"$T = {_rounds(table)}$ rounds, {seeds}).")
+            f"$T = {_rounds(table)}$ rounds, {seeds}{', ' + delta if delta else ''}).")
 
 
 def _csv(table: TradeoffTable, cols: Sequence[tuple]) -> str:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any, Sequence
+
+from otafl.privacy.accountants.result import delta_too_large
 
 from otafl.results import jsonable
 
@@ -92,8 +95,10 @@ def bound_text(result: dict) -> str:
         grid.setdefault(tuple(row[k] for k in keys), {})[row["accountant"]] = row
     header = ["users", "p", "sigma2", "clip"] + ([] if meta["channel"] else ["snr_db"]) + ["mu"]
     for name in names:
-        header += [f"{name}:eps_local", f"{name}:eps_central"] + ([f"{name}:eps_central_total"] if with_totals else [])
+        header += [f"{name}:eps_local", f"{name}:eps_central", f"{name}:delta_central"]
+        header += [f"{name}:eps_central_total", f"{name}:delta_total"] if with_totals else []
     lines, notes = [], set()
+    max_delta = meta.get("max_delta")
     for point, by_acc in grid.items():
         line = list(point[:4]) + ([] if meta["channel"] else [point[4]])
         line.append(by_acc[names[0]]["mean_participants"])
@@ -107,18 +112,33 @@ def bound_text(result: dict) -> str:
                 notes.add("sumdom")
             if name == "paper" and row["epsilon_local"] > 0 and not row["classic_valid_local"]:
                 mark_l = "?"
-            notes |= {mark, mark_l} - {""}
+            big = delta_too_large(row["delta_central"], row["users"], max_delta)
+            big_total = with_totals and delta_too_large(row.get("delta_central_total"), row["users"], max_delta)
+            notes |= ({mark, mark_l} | ({"#"} if big or big_total else set())) - {""}
+            if with_totals and row["defined"] and row["epsilon_central_total"] == float("inf"):
+                notes.add("tails")
             if not row["defined"]:
                 notes.add(row["reason"])
-            line += [fmt_number(row["epsilon_local"]) + mark_l, fmt_number(row["epsilon_central"]) + mark]
-            if with_totals:
-                line.append(row["epsilon_central_total"])
+            line += [fmt_number(row["epsilon_local"]) + mark_l, fmt_number(row["epsilon_central"]) + mark,
+                     fmt_number(row["delta_central"]) + ("#" if big else "")]
+            if with_totals:  # the same marks on the total as on the rounds it composes
+                line += [fmt_number(row["epsilon_central_total"]) + mark,
+                         fmt_number(row["delta_central_total"]) + ("#" if big_total else "")]
         lines.append(line)
     paper_marked = any(by_acc.get("paper", {}).get("defined") and not by_acc["paper"]["classic_valid"]
                        for by_acc in grid.values())
     legend = ([_PAPER_CLASSIC] if paper_marked else []) + ([_PAPER_LOCAL] if "?" in notes else [])
     legend += [_SUMDOM] if "sumdom" in notes else []
-    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "sumdom"))]
+    if "#" in notes:
+        limit = "1/K" if max_delta is None else f"--max-delta {max_delta:.3g}"
+        legend.append(f"# delta above {limit}: at that delta the guarantee allows disclosing a user's data "
+                      "outright; the epsilon beside it means little (lower --delta-prime, raise p or K)")
+    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "#", "sumdom", "tails"))]
+    if "tails" in notes:
+        legend.append("inf total of finite rounds: the accountant's fixed per-round tails (T delta' or count "
+                      "tails) already reach --delta-total; raise it or lower --delta-prime")
+    if with_totals:
+        legend.append(f"totals at delta_total = {meta.get('delta_total')} (eps_central_total, delta_total)")
     return render_table(header, lines) + "".join(f"{line}\n" for line in legend)
 
 
@@ -128,10 +148,19 @@ AUDIT_COLUMNS = ("users", "p", "sigma2", "clip", "snr_db", "scope", "rounds", "a
 
 def audit_text(result: dict) -> str:
     """:func:`otafl.api.audit.audit_grid` as a table (one line per row) and a footer line."""
-    text = render_table(AUDIT_COLUMNS, [[r[c] for c in AUDIT_COLUMNS] for r in result["rows"]])
+    rows, big = [], False
+    for r in result["rows"]:
+        cells = [r[c] for c in AUDIT_COLUMNS]
+        if delta_too_large(r["delta"], r["users"]):  # the same flag as bound's, per round and total
+            cells[AUDIT_COLUMNS.index("delta")] = fmt_number(r["delta"]) + "#"
+            big = True
+        rows.append(cells)
+    text = render_table(AUDIT_COLUMNS, rows)
     m = result["meta"]
-    return text + (f"audit: {m['samples']} draws, seed {m['seed']}, {m['adversary']} adversary, "
-                   f"{100 * m['confidence']:g}% {m['interval']}\n")
+    totals = f"; totals at delta_total = {m['delta_total']:g}" if m.get("rounds") and m.get("delta_total") else ""
+    return text + ("# delta above 1/K: the guarantee allows disclosing a user's data outright\n" if big else "") + (
+        f"audit: {m['samples']} draws, seed {m['seed']}, {m['adversary']} adversary, "
+        f"{100 * m['confidence']:g}% {m['interval']}{totals}\n")
 
 
 def scaling_text(result: dict) -> str:
@@ -194,16 +223,23 @@ def run_text(summary: dict, accountants, out_dir) -> str:
     if s.get("channel_uses_per_round") == s.get("channel_uses_per_round") is not None:  # reported, not NaN
         lines.append(f"  uplink: {s['channel_uses_per_round']:.4g} channel uses and {s['energy_per_round']:.4g} "
                      f"energy per round, {s['outages_per_round']:.3g} outages per round")
+    users = s.get("users")
     for name in list(accountants) + [a for a in ("steps", "steps-sumdom", "digital") if a not in accountants]:
         if f"{name}_epsilon_central" in s:
-            lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.4g}, "
-                         f"eps_central {s[f'{name}_epsilon_central']:.4g}; over the run "
-                         f"eps_central {s[f'{name}_epsilon_central_total']:.4g} ({s.get(f'{name}_composition', '')})"
+            d_round, d_total = s.get(f"{name}_delta_central", math.nan), s.get(f"{name}_delta_central_total", math.nan)
+            big = [w for w, d in (("per-round", d_round), ("total", d_total)) if delta_too_large(d, users)]
+            lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.3g}, "
+                         f"eps_central {s[f'{name}_epsilon_central']:.3g} at delta {d_round:.3g}; over the run "
+                         f"eps_central {s[f'{name}_epsilon_central_total']:.3g} at delta {d_total:.3g} "
+                         f"({s.get(f'{name}_composition', '')})"
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: sum-domination over local steps; not a guaranteed bound]"
                             if name == "steps-sumdom" else
                             "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
-                            "not a guaranteed bound]"))
+                            "not a guaranteed bound]")
+                         + (f"  [flagged: {' and '.join(big)} delta above 1/K = {1 / users:.3g}]" if big else ""))
+            if s.get(f"{name}_total_reason"):
+                lines.append(f"    {s[f'{name}_total_reason']}")
     if s.get("privacy_note"):
         lines.append(f"  note: {s['privacy_note']}")
     return "\n".join(lines) + "\n"

@@ -42,15 +42,21 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
-from otafl.config import Spec
 from otafl.errors import OtaflInputError
 from otafl.sweep.grid import GridPoint, point_label
 from otafl.sweep.store import ResultStore
+from otafl.sweep.worker import (  # noqa: F401 (SweepAborted, run_point: part of this module's interface)
+    SweepAborted,
+    _init_worker,
+    _one_line,
+    _sigint_deferred,
+    _sigint_ignored,
+    run_point,
+)
 
 __all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "SweepAborted", "SweepReport", "check_executor", "pending_points",
            "run_point", "run_sweep"]
@@ -58,10 +64,6 @@ __all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "SweepAborted", "SweepReport", "chec
 STOP_TIMEOUT_S = 5.0  # how long a finished worker may take to exit before it is terminated
 KILL_TIMEOUT_S = 2.0  # how long a terminated worker may take before SIGKILL
 WATCHDOG_INTERVAL_S = 0.5  # how often a worker checks that its parent is alive
-
-
-class SweepAborted(RuntimeError):
-    """A worker process died (killed, e.g. out of memory); finished runs are kept."""
 
 
 @dataclass
@@ -77,18 +79,6 @@ class SweepReport:
 
 
 # --------------------------------------------------------------------------- worker side
-
-
-def _init_worker() -> None:
-    """One torch thread per worker (N workers on N cores)."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set (or parallel work already started)
-        pass
 
 
 def _set_parent_death_signal() -> bool:
@@ -159,54 +149,7 @@ def _worker_main(conn, parent_pid: int) -> None:
                 return
 
 
-def run_point(spec: Spec, train: bool, device: str | None = None) -> tuple[dict, list[dict]]:
-    """Run one grid point (in a worker): ``run_experiment`` -> (summary, per-round records)."""
-    from otafl.fl.loop import run_experiment
-
-    result = run_experiment(spec, device=device, train=train)
-    return result.summary, result.rounds
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, OtaflInputError):
-        return " ".join(str(exc).split())
-    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-    where = f" (at {os.path.basename(last[0].filename)}:{last[0].lineno})" if last else ""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}{where}"
-
-
 # --------------------------------------------------------------------------- parent side
-
-
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored (children started inside inherit that, so Ctrl-C reaches the parent only)."""
-    if not _in_main_thread() or not hasattr(signal, "SIGINT"):
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[list[int]]:
-    """Record SIGINTs instead of raising them (cleanup must not be interrupted half-way)."""
-    seen: list[int] = []
-    if not _in_main_thread():
-        yield seen
-        return
-    old = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
-    try:
-        yield seen
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 class _Worker:

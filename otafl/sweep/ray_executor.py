@@ -5,7 +5,7 @@
 
 The driver (the ``otafl sweep`` process) alone writes the results file, as with the
 process pool: it marks a point ``running`` just before submitting its task and commits
-the ``(summary, rounds)`` the task returns (:func:`otafl.sweep.executor.run_point`) when
+the ``(summary, rounds)`` the task returns (:func:`otafl.sweep.worker.run_point`) when
 it arrives. Each task asks Ray for one CPU and runs one torch thread. At most
 ``workers`` tasks are in flight (default: the cluster's CPUs), so a large grid never
 floods the cluster's queue and ``running`` rows are the points submitted now.
@@ -14,7 +14,7 @@ Failure behaviour (as the process pool):
 
 * An exception in a run fails that run (one line in the store) and the sweep goes on.
 * A task whose worker or node dies (out of memory, killed) fails its run and aborts the
-  sweep with :class:`otafl.sweep.executor.SweepAborted`; finished runs are kept. Tasks
+  sweep with :class:`otafl.sweep.worker.SweepAborted`; finished runs are kept. Tasks
   are not retried (``max_retries = 0``): ``--resume`` reruns them.
 * Ctrl-C cancels the outstanding tasks and re-raises :class:`KeyboardInterrupt`; further
   interrupts during that cleanup are absorbed.
@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from otafl.errors import OtaflInputError
 from otafl.limits import MEMORY_ENV
-from otafl.sweep.executor import SweepAborted, _init_worker, _one_line, _sigint_deferred, run_point
+from otafl.sweep.worker import SweepAborted, _init_worker, _one_line, _sigint_deferred, run_point
 from otafl.sweep.grid import GridPoint
 from otafl.sweep.store import ResultStore
 

@@ -56,6 +56,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from otafl.errors import OtaflInputError
 from otafl.results import jsonable, unjson
+from otafl.sweep.durable import StoreLost, check_intact, remove_files
 from otafl.sweep.identity import GridIdentity, grid_difference
 
 try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction locking applies
@@ -63,8 +64,8 @@ try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction lockin
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "GridIdentity", "ResultStore", "StoredRun", "open_store",
-           "read_store"]
+__all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "GridIdentity", "ResultStore", "StoreLost", "StoredRun",
+           "discard_if_empty", "open_store", "read_store"]
 
 APP_MARKER = "otafl-sweep"
 SCHEMA_VERSION = 2
@@ -131,6 +132,8 @@ class ResultStore:
         self.path = path
         self.conn = conn
         self._lock_fd = lock_fd
+        st = os.fstat(lock_fd) if lock_fd is not None else None
+        self._inode = (st.st_dev, st.st_ino) if st is not None else None
         self._run_cols = self._columns("runs")
         self._round_cols = self._columns("rounds")
 
@@ -149,13 +152,33 @@ class ResultStore:
     # -- helpers ------------------------------------------------------------------------
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self.conn.execute("BEGIN IMMEDIATE")
+        """One write transaction; an SQLite error (a full disk, a vanished file) becomes a
+        one-line :class:`StoreLost` (or :class:`OtaflInputError` for a lock) and rolls back."""
         try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
+            err = _sqlite_error(self.path, e)
+            if "locked" in str(err):
+                raise err from None
+            raise StoreLost(f"{err}; {self.count('done')} finished run(s) kept, rerun with --resume") from None
+        self.check_intact()
+
+    def check_intact(self) -> None:
+        """Raise :class:`StoreLost` if the results file was deleted or replaced since it was
+        opened (a deleted one is first written back from the open connection)."""
+        if self._inode is not None:
+            inode, self._inode = self._inode, None  # report once
+            check_intact(self.conn, self.path, inode, lambda: self.count("done"))
+            self._inode = inode
 
     def _columns(self, table: str) -> set[str]:
         return {row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')}
@@ -308,13 +331,19 @@ def _not_ours(path: Path, why: str) -> OtaflInputError:
     return OtaflInputError(f"{str(path)!r} is not an otafl results file ({why}); choose another path")
 
 
-def _sqlite_error(path: Path, e: sqlite3.Error) -> OtaflInputError:
+def _sqlite_error(path: Path, e: sqlite3.Error, reading: bool = False) -> OtaflInputError:
     msg = " ".join(str(e).split())
     if "locked" in msg or "busy" in msg:
         return _locked(path)
+    if reading and ("readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk I/O" in msg):
+        return OtaflInputError(f"results file {str(path)!r} cannot be read ({msg}); a store in a read-only folder "
+                               f"needs its -wal and -shm files beside it, or copy it to a writable folder")
+    if "full" in msg:
+        return OtaflInputError(f"results file {str(path)!r} cannot be written ({msg}); free some space or "
+                               f"choose another --out path")
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk I/O" in msg:
         return OtaflInputError(f"results file {str(path)!r} cannot be written ({msg}); check its permissions "
-                               f"or choose another --out path")
+                               f"and free space, or choose another --out path")
     if "not a database" in msg or "malformed" in msg or "encrypted" in msg:
         return _not_ours(path, msg)
     return OtaflInputError(f"results file {str(path)!r}: {msg}")
@@ -378,6 +407,9 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
     is a folder, a file that is not an otafl results file, one locked by another sweep, or
     one that cannot be written: one-line :class:`OtaflInputError`.
     """
+    from otafl.results import check_path_fits
+
+    check_path_fits(path, "results file")
     p = Path(path)
     if p.is_dir():
         raise OtaflInputError(f"results path {str(p)!r} is a folder; give a file name such as results.sqlite")
@@ -393,6 +425,7 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise OtaflInputError(f"results file {str(p)!r} cannot be written (permission denied); "
                               f"choose another --out path")
+    created = not p.exists()
     lock_fd = _writer_lock(p)
     conn = None
     try:
@@ -416,19 +449,34 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
         if grid is not None:
             store.record_grid(grid)
     except sqlite3.Error as e:
-        _close(conn, lock_fd)
+        _close(conn, lock_fd, p if created else None)
         raise _sqlite_error(p, e) from None
     except BaseException:
-        _close(conn, lock_fd)
+        _close(conn, lock_fd, p if created else None)
         raise
+    store.created = created
     return store
 
 
-def _close(conn: sqlite3.Connection | None, lock_fd: int | None) -> None:
+def _close(conn: sqlite3.Connection | None, lock_fd: int | None, remove: Path | None = None) -> None:
+    """Close the connection and the lock; ``remove``: delete that file (and its WAL) first."""
+    if remove is not None:
+        remove_files(remove)
     if conn is not None:
         conn.close()
     if lock_fd is not None:
         os.close(lock_fd)
+
+
+def discard_if_empty(store: ResultStore) -> bool:
+    """Close ``store``; delete its file if this sweep created it and finished no run."""
+    empty = False
+    if getattr(store, "created", False):
+        with contextlib.suppress(sqlite3.Error):
+            empty = store.count("done") + store.count("failed") == 0
+    _close(store.conn, store._lock_fd, store.path if empty else None)
+    store._lock_fd = None
+    return empty
 
 
 def read_store(path: str | Path) -> ResultStore:
@@ -448,7 +496,7 @@ def read_store(path: str | Path) -> ResultStore:
         return ResultStore(p, conn)
     except sqlite3.Error as e:
         _close(conn, None)
-        raise _sqlite_error(p, e) from None
+        raise _sqlite_error(p, e, reading=True) from None
     except BaseException:
         _close(conn, None)
         raise

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from otafl.errors import OtaflInputError, check_range
-from otafl.privacy.analysis.concentration import auto_delta_prime
+from otafl.privacy.analysis.concentration import AutoShare, auto_delta_prime
 from otafl.privacy.analysis.gaussian import as_float64
 
 __all__ = [
@@ -168,7 +168,9 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
         max_p = p.amax(-1)
         active_var = torch.where(p_full > 0, var_full, torch.full_like(var_full, math.inf)).amin(-1)
         min_var = torch.where(torch.isinf(active_var), var_full.amin(-1), active_var)  # nobody can take part
-    if isinstance(delta_prime, str):
+    if isinstance(delta_prime, AutoShare):  # "auto" with a run's share of delta_total per round
+        dp = auto_delta_prime(mean_participants=mu, users=K, slack=delta_prime.slack)
+    elif isinstance(delta_prime, str):
         if delta_prime != "auto":
             raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
         dp = auto_delta_prime(mean_participants=mu, users=K)

@@ -8,7 +8,32 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["AccountantResult", "PrivacyResult"]
+__all__ = ["AccountantResult", "PrivacyResult", "delta_limit", "delta_too_large", "unreachable_reason"]
+
+
+def delta_limit(users, max_delta: float | None = None) -> float:
+    """The largest sane delta: ``max_delta`` where the user sets one, else 1/K (a delta
+    above 1/K allows the mechanism to publish one user's data outright)."""
+    if max_delta is not None:
+        return float(max_delta)
+    return 1.0 / float(users) if users else 1.0
+
+
+def delta_too_large(delta, users, max_delta: float | None = None) -> bool:
+    """Whether an (eps, delta) statement is flagged: delta above :func:`delta_limit`. The
+    same rule for per-round values and totals, in every output format."""
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        return False
+    return d == d and d > delta_limit(users, max_delta)
+
+
+def unreachable_reason(kind: str, tails: float, delta_total: float, what: str = "per-round tails") -> str:
+    """The ``total_reason`` of a total that cannot be stated at ``delta_total``: the
+    accountant's fixed ``what`` (summed over the rounds, ``tails``) already reach it."""
+    return (f"{kind} total +inf at delta_total = {delta_total:.3g}: its fixed {what} sum to {tails:.3g} "
+            f"(set a larger delta_total, or a smaller delta_prime/delta_l)")
 
 
 # AccountantResult field -> the suffix of its flat summary key "{name}_{suffix}" (in column order).
@@ -26,6 +51,7 @@ _SUMMARY_KEYS = (
     ("defined", "defined"),
     ("reason", "reason"),
     ("classic_valid", "classic_valid"),
+    ("total_reason", "total_reason"),
 )
 
 
@@ -48,6 +74,8 @@ class AccountantResult:
     classic_valid : every round's classic Gaussian steps (central and local) are in
         their validity range (always True for accountants without one).
     epsilon_central_per_round, epsilon_local_per_round : [T] per round (local: worst user).
+    total_reason : why a total is +inf although every round's bound is finite (its fixed
+        per-round tails already reach the run's delta_total); '' otherwise.
     """
 
     name: str
@@ -66,6 +94,7 @@ class AccountantResult:
     classic_valid: bool
     epsilon_central_per_round: tuple[float, ...]
     epsilon_local_per_round: tuple[float, ...]
+    total_reason: str = ""
 
     def summary_fields(self) -> dict:
         """The flat run-summary columns ``"{name}_{suffix}"`` (no per-round values)."""

@@ -28,10 +28,11 @@ from otafl.privacy.accountants.exact_run import (
     run_row_keys,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS, get_accountant
-from otafl.privacy.accountants.result import AccountantResult, PrivacyResult
+from otafl.privacy.accountants.result import AccountantResult, PrivacyResult, unreachable_reason
 from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
+from otafl.privacy.analysis.concentration import AutoShare
 from otafl.privacy.facts import RoundFacts, stack_facts
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "PrivacyResult",
     "account_run",
     "exact_total",
+    "split_share",
 ]
 
 
@@ -133,9 +135,11 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     facts : one :class:`RoundFacts` per round (T >= 1, same K every round).
     accountants : names in :data:`ACCOUNTANTS`.
     delta_l : delta of the Gaussian step, in (0, 1).
-    delta_prime : number in (0, 1) or "auto" (2 exp(-2 mu_t^2/K) + 1e-5 per round).
-    delta_target : total delta of the run for the composed totals; default: the basic
-        composition's total delta plus delta_l.
+    delta_prime : number in (0, 1) or "auto" (2 exp(-2 mu_t^2/K) + 1e-5 per round; with a
+        ``delta_target``, 2 exp(-2 mu_t^2/K) + delta_target / (2T), :func:`split_share`).
+    delta_target : delta_total, the one total delta of every accountant's totals (runs pass
+        ``privacy.delta_total``); None: each accountant's own, the basic composition's
+        total delta plus delta_l.
     rdp_resolution : conservative grid for the Opacus calls (see :mod:`otafl.privacy.analysis.rdp`).
     exact_resolution : the pessimistic grids of ``exact``'s cached rounds
         (:class:`~otafl.privacy.accountants.exact_run.Resolution`; ``NO_ROUNDING`` for none).
@@ -160,10 +164,12 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
         check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     x = stack_facts(facts)
     results: dict[str, AccountantResult] = {}
+    share = split_share(delta_prime, delta_target, len(facts))
     for name in accountants:
         acc = get_accountant(name)
         if name in STEPS_ACCOUNTANTS:
-            results[name] = account_steps(facts, delta_l=delta_l, delta_prime=delta_prime, delta_target=delta_target,
+            results[name] = account_steps(facts, delta_l=delta_l, delta_prime=delta_prime if share is None else share,
+                                          delta_target=delta_target,
                                           credit=STEPS_ACCOUNTANTS[name])
             continue
         if name == "digital":
@@ -173,15 +179,17 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
             results[name] = _account_exact(facts, x, delta_l=delta_l, delta_target=delta_target,
                                            resolution=exact_resolution)
             continue
+        dp = delta_prime if share is None else AutoShare(share)
         bound = acc.bound(participation_prob=x["participation_prob"], noise_var=x["noise_var"],
                           alignment_gain=x["alignment_gain"], n0=x["n0"], sensitivity=x["sensitivity"],
-                          delta_l=delta_l, delta_prime=delta_prime, dim=x["dim"])
+                          delta_l=delta_l, delta_prime=dp, dim=x["dim"])
         revealed = x["participation_prob"].amax(-1) if name == "tight" else None  # tight's unamplified LDP
         totals = compose_round_bounds(bound, delta_target=delta_target, delta_slack=delta_l,
                                       rdp_resolution=rdp_resolution, pld=True, local_revealed_rate=revealed)
         reason = 0
         for code in bound.reason.tolist():
             reason |= int(code)
+        total_reason = _unreached(bound, totals, delta_target)
         results[name] = AccountantResult(
             name=name,
             epsilon_local_max=float(bound.epsilon_local.max()),
@@ -199,8 +207,36 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
             classic_valid=bool((bound.classic_valid & bound.classic_valid_local).all()),
             epsilon_central_per_round=tuple(float(v) for v in bound.epsilon_central.tolist()),
             epsilon_local_per_round=tuple(float(v) for v in bound.epsilon_local.tolist()),
+            total_reason=total_reason,
         )
     return PrivacyResult(results)
+
+
+def split_share(delta_prime, delta_target: float | None, rounds: int) -> float | None:
+    """The per-round share of ``delta_target`` that ``delta_prime = "auto"`` spends on the
+    participant-count tails: delta_target / (2 T), so that the T rounds' tails take at most
+    half of it and the composition the rest (docs/privacy.md#delta-total). ``paper`` and
+    ``tight``: delta'_t = 2 exp(-2 mu_t^2 / K) + share; ``steps``: its count-tail probability.
+    None (the accountants' own per-round "auto") without a target or with a numeric delta'."""
+    if delta_target is None or not isinstance(delta_prime, str) or delta_prime != "auto":
+        return None
+    return float(delta_target) / (2.0 * rounds)
+
+
+def _unreached(bound: RoundBound, totals: dict, delta_target: float | None) -> str:
+    """Why a paper/tight total is +inf at ``delta_target`` although every round is finite:
+    central, the concentration events sum_t delta'_t (charged outside the composition);
+    local, the per-round deltas (only basic/advanced compose them)."""
+    if delta_target is None:
+        return ""
+    out = []
+    if not math.isfinite(float(totals["epsilon_central_total"])) and bool(torch.isfinite(bound.epsilon_central).all()):
+        tails = float(torch.broadcast_to(bound.delta_prime, bound.epsilon_central.shape).sum())
+        out.append(unreachable_reason("central", tails, delta_target, "concentration tails sum_t delta'_t"))
+    if not math.isfinite(float(totals["epsilon_local_total"])) and bool(torch.isfinite(bound.epsilon_local).all()):
+        out.append(unreachable_reason("local", float(bound.delta_local.sum()), delta_target,
+                                      "per-round deltas sum_t delta_t"))
+    return "; ".join(out)
 
 
 def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_target: float | None,
@@ -275,7 +311,7 @@ def exact_total(facts: Sequence[RoundFacts], kind: str, *, delta_l: float, delta
     else:
         eps_pld = compose_exact_rounds(keys, delta_target=target)["epsilon"]
     total, how, total_delta = eps_pld, "pld", target
-    if eps_basic < eps_pld:
-        total, how, total_delta = eps_basic, "basic", delta_basic
+    if eps_basic < eps_pld:  # stated at the target when one is given (basic's sum is below it)
+        total, how, total_delta = eps_basic, "basic", delta_basic if delta_target is None else target
     return {"per_round": eps, "epsilon": total, "delta": total_delta,
             "composition": how if math.isfinite(total) else "none"}

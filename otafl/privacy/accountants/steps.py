@@ -85,16 +85,34 @@ def _grid_down(z: float, floor: float) -> float:
     return max(floor, math.exp(math.floor(math.log(z) / step + 1e-9) * step))
 
 
+MAX_LOCAL_STEPS = 100_000
+"""Most local steps per round accepted (``train.local_steps``, ``bound --local-steps``)."""
+
+MIN_STEP_NOISE = 1e-3
+"""Smallest non-zero step noise multiplier accepted: below it a record's loss range spans
+millions of units (no privacy to account; 0 means no noise, eps = inf)."""
+
+
+def check_step_knobs(local_steps, step_noise, *, prefix: str = "") -> None:
+    """Refuse local steps outside [1, MAX_LOCAL_STEPS] and a step noise outside 0 or
+    [MIN_STEP_NOISE, 1e30] (``prefix``: ``train.`` / ``transmit.`` for spec keys)."""
+    if isinstance(local_steps, bool) or int(local_steps) != local_steps or not 1 <= local_steps <= MAX_LOCAL_STEPS:
+        raise OtaflInputError(f"{prefix and 'train.'}local_steps = {local_steps!r} is outside the allowed range "
+                              f"[1, {MAX_LOCAL_STEPS}] (integers)")
+    if step_noise is not None:
+        z = float(step_noise)
+        if not (z == 0.0 or MIN_STEP_NOISE <= z <= 1e30):
+            raise OtaflInputError(f"{prefix and 'transmit.'}step_noise = {step_noise!r} is outside the allowed range "
+                                  f"0 or [{MIN_STEP_NOISE:g}, 1e+30]")
+
+
 def _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, update_clip_failure,
                  credit="last-step", co_user_noise=1.0, transmit_to_record=0.0):
-    if isinstance(local_steps, bool) or int(local_steps) != local_steps or local_steps < 1:
-        raise OtaflInputError(f"local_steps = {local_steps!r} is outside the allowed range (integers >= 1)")
+    check_step_knobs(local_steps, step_noise)
     check_range("record_sampling", record_sampling, lo=0.0, hi=1.0, lo_open=True)
     if step_noise is None:
         if local_steps != 1 or record_sampling != 1.0:
             raise OtaflInputError("local_steps and record_sampling need step_noise (the per-step noise multiplier)")
-    else:
-        check_range("step_noise", step_noise, lo=0.0)
     check_composition(composition)
     if user_sampling not in USER_SAMPLING:
         raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
@@ -324,7 +342,8 @@ def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, 
     sigma sqrt(m) (``sum``: every step at sigma sqrt(m)) and local STEPS(1, q, sigma, S),
     each composed T times with ``composition``. Returns [...] tensors
     ``epsilon_central_total``, ``delta_central_total`` (delta_dp + T tail, delta_dp =
-    ``delta_target`` - T tail or delta_l), ``epsilon_local_total``, ``delta_local_total``.
+    ``delta_target`` - T tail or delta_l; +inf where T tail reaches the target),
+    ``epsilon_local_total``, ``delta_local_total`` (at ``delta_target``, or delta_l).
     """
     check_range("rounds", rounds, lo=1)
     _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, 0.0, credit)
@@ -339,14 +358,12 @@ def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, 
                                  sigma.reshape(-1).tolist(), d_l):
         charged = rounds * tl
         delta_dp = dl if delta_target is None else delta_target - charged
-        if delta_dp <= 0:
-            raise OtaflInputError(f"delta_target = {delta_target!r} is outside the allowed range (above the charged "
-                                  f"count tails, {charged:.3g})")
+        d_loc = dl if delta_target is None else delta_target
         central = _central_round(p, record_sampling, sg, mm, sg * math.sqrt(mm), local_steps, user_sampling, credit)
         local = StepRound(1.0 if p > 0 else 0.0, record_sampling, sg, local_steps, "revealed")
         out["epsilon_central_total"].append(compose_epsilon([(central, rounds)], delta=delta_dp,
-                                                            composition=composition))
-        out["delta_central_total"].append(min(1.0, delta_dp + charged))
-        out["epsilon_local_total"].append(compose_epsilon([(local, rounds)], delta=dl, composition=composition))
-        out["delta_local_total"].append(dl if p > 0 else 0.0)
+                                                            composition=composition) if delta_dp > 0 else math.inf)
+        out["delta_central_total"].append(min(1.0, delta_dp + charged) if delta_target is None else delta_target)
+        out["epsilon_local_total"].append(compose_epsilon([(local, rounds)], delta=d_loc, composition=composition))
+        out["delta_local_total"].append(d_loc if p > 0 else 0.0)
     return {k: torch.tensor(v, dtype=torch.float64).reshape(b) for k, v in out.items()}

@@ -11,11 +11,12 @@ joins a run's :class:`~otafl.privacy.accountants.run.PrivacyResult`.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import reason_text
-from otafl.privacy.accountants.result import AccountantResult
+from otafl.privacy.accountants.result import AccountantResult, unreachable_reason
 from otafl.privacy.accountants.steps import facts_kwargs, round_mechanisms, steps_round
 from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon
 from otafl.privacy.facts import RoundFacts
@@ -36,7 +37,8 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     mechanisms composed with ``composition`` (not basic/advanced composition of per-round
     (eps, delta)); central at delta_dp = ``delta_target`` minus the charged tails, or
     delta_l by default, reported with delta_central_total = delta_dp + sum_t (tail_t +
-    update_clip_failure_t); local (every round taken part in) at delta_l.
+    update_clip_failure_t) (= ``delta_target``; +inf with ``total_reason`` where the
+    charged tails reach it); local (every round taken part in) at ``delta_target``, or delta_l.
     """
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     check_composition(composition)
@@ -61,24 +63,28 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
         if rc is not None:
             central[rc] = central.get(rc, 0) + 1
             local[rl] = local.get(rl, 0) + 1
+    total_reason = ""
     if delta_target is not None:
         check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         delta_dp = delta_target - charged
-        if delta_dp <= 0:
-            raise OtaflInputError(f"delta_target = {delta_target!r} is outside the allowed range (above the "
-                                  f"charged count tails and clip failures, {charged:.3g})")
+        if delta_dp <= 0:  # the charged tails alone reach the target: no total at it
+            total_reason = unreachable_reason("central", charged, delta_target,
+                                              "count tails and clip failures")
     else:
         delta_dp = delta_l
-    total_c = compose_epsilon(sorted(central.items()), delta=delta_dp, composition=composition)
-    total_l = compose_epsilon(sorted(local.items()), delta=delta_l, composition=composition)
+    delta_local = delta_l if delta_target is None else delta_target
+    total_c = compose_epsilon(sorted(central.items()), delta=delta_dp, composition=composition) if delta_dp > 0 \
+        else math.inf
+    total_l = compose_epsilon(sorted(local.items()), delta=delta_local, composition=composition)
     return AccountantResult(
         name="steps" if credit == "last-step" else "steps-sumdom",
         epsilon_local_max=max(eps_l), delta_local=max(d_l_round),
         epsilon_central=max(eps_c), delta_central=max(d_c),
-        epsilon_local_total=total_l, delta_local_total=delta_l if local else 0.0,
-        epsilon_central_total=total_c, delta_central_total=min(1.0, delta_dp + charged),
+        epsilon_local_total=total_l, delta_local_total=delta_local if local else 0.0,
+        epsilon_central_total=total_c,
+        delta_central_total=min(1.0, delta_dp + charged) if delta_target is None else delta_target,
         composition_central=composition, composition_local=composition,
         defined=reason == 0, reason=reason_text(reason), classic_valid=credit == "last-step",
-        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l))
+        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l), total_reason=total_reason)
 
 

@@ -106,7 +106,8 @@ def compose_best(*, epsilon, delta, delta_target=None, delta_slack: float = 1e-5
 
     Returns
     -------
-    dict of [...] tensors: ``epsilon``, ``delta`` (float64), ``composition`` (int64 index
+    dict of [...] tensors: ``epsilon``, ``delta`` (float64; the target wherever
+    ``delta_target`` is given, even where basic wins), ``composition`` (int64 index
     into :data:`COMPOSITIONS`, -1 where every composition gives +inf), and the three
     candidates ``epsilon_basic``, ``epsilon_advanced``, ``epsilon_rdp``.
     """
@@ -128,6 +129,8 @@ def compose_best(*, epsilon, delta, delta_target=None, delta_slack: float = 1e-5
     candidates = torch.stack([eps_b, eps_a, eps_r], dim=-1)
     best, which = candidates.min(dim=-1)  # ties go to the first: basic, then advanced
     which = torch.where(torch.isfinite(best), which, torch.full_like(which, -1))
-    total_delta = torch.where(which == 0, delta_b, target)
+    # at a given target every candidate is stated there (basic's smaller sum_t delta_t is
+    # also an (eps, target) guarantee); without one, basic keeps its own sum
+    total_delta = torch.where(which == 0, delta_b, target) if delta_target is None else target.clone()
     return {"epsilon": best, "delta": total_delta, "composition": which,
             "epsilon_basic": eps_b, "epsilon_advanced": eps_a, "epsilon_rdp": eps_r}

@@ -6,6 +6,8 @@ the last dimension indexes users.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -55,6 +57,14 @@ def poisson_binomial_pmf(p: torch.Tensor) -> torch.Tensor:
 
 AUTO_DELTA_PRIME_SLACK = 1e-5
 """The additive term of the paper's default delta' = 2 exp(-2 mu^2 / K) + 1e-5."""
+
+
+@dataclass(frozen=True)
+class AutoShare:
+    """``delta_prime = "auto"`` with the additive term ``slack`` instead of 1e-5: a run's
+    share of its delta_total per round (:func:`otafl.privacy.accountants.run.split_share`)."""
+
+    slack: float
 
 
 def auto_delta_prime(*, mean_participants, users, slack: float = AUTO_DELTA_PRIME_SLACK) -> torch.Tensor:

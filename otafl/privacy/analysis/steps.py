@@ -45,11 +45,13 @@ from typing import Sequence
 import numpy as np
 
 from otafl.errors import OtaflInputError, check_range
+from otafl.privacy.analysis.pld import pld_fits, take_notes  # noqa: F401 - take_notes re-exported
 
 __all__ = [
     "COMPOSITIONS",
     "USER_SAMPLING",
     "PLD_DISCRETIZATION",
+    "take_notes",
     "StepRound",
     "round_pld",
     "hidden_round_pld",
@@ -74,6 +76,7 @@ RDP_INTEGER_ORDERS: tuple[int, ...] = (*range(2, 65), 80, 96, 128, 256)
 """Integer Renyi orders, used when a hidden-coin round with S > 1 needs the binomial expansion."""
 
 PROFILE_FLOOR = 1e-14
+
 """Hidden-coin PLDs stop at the eps where both profiles are below this (the rest is +inf mass)."""
 
 
@@ -399,6 +402,8 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
         return 0.0
     if any(r.open for r, _ in active):
         return math.inf
+    if composition == "pld" and not pld_fits(active, PLD_DISCRETIZATION):
+        composition = "rdp"
     if composition == "pld":
         from otafl.privacy.analysis.pld import compose_counted, epsilon_for_delta
 
@@ -409,9 +414,16 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
     return rdp_to_epsilon(rdp, orders, delta, classic=composition == "rdp-classic")
 
 
-@functools.lru_cache(maxsize=4096)
 def round_epsilon(r: StepRound, delta: float, composition: str = "pld") -> float:
-    """eps at ``delta`` of a single round (:func:`compose_epsilon` of one round), memoised."""
+    """eps at ``delta`` of a single round (:func:`compose_epsilon` of one round), memoised
+    (``pld`` falls back to ``rdp`` where the PLD would be too large, :func:`pld_fits`)."""
+    if composition == "pld" and not r.silent and not r.open and not pld_fits([(r, 1)], PLD_DISCRETIZATION):
+        composition = "rdp"
+    return _round_epsilon(r, delta, composition)
+
+
+@functools.lru_cache(maxsize=4096)
+def _round_epsilon(r: StepRound, delta: float, composition: str) -> float:
     return compose_epsilon([(r, 1)], delta=delta, composition=composition)
 
 

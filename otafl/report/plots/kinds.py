@@ -50,7 +50,19 @@ def epsilon_label(side: str, epsilon: str, groups: Sequence[RunGroup], accountan
     acc = f"; {', '.join(accountants)}" if accountants else ""
     if epsilon == "round":
         return f"{who} per round (worst round{acc})"
-    return f"{who} total over T = {rounds_of(groups)} rounds" + (f" ({acc[2:]})" if acc else "")
+    return f"{who} total over T = {rounds_of(groups)} rounds" + (f" ({acc[2:]})" if acc else "") + \
+        _delta_of(groups, side, accountants)
+
+
+def _delta_of(groups: Sequence[RunGroup], side: str, accountants: Sequence[str] = ()) -> str:
+    """`` at δ = 1e-05`` when every plotted total is stated at one delta; the range where not."""
+    suffix = f"delta_{side}_total"
+    ds = {float(v) for g in groups for r in g.runs for k, v in r.summary.items()
+          if k.endswith(suffix) and (not accountants or k[:-len(suffix) - 1] in accountants)
+          and isinstance(v, (int, float)) and finite(v)}
+    if not ds:
+        return ""
+    return f" at δ = {min(ds):.3g}" if len(ds) == 1 else f" at δ = {min(ds):.3g}–{max(ds):.3g}"
 
 
 def _composition(groups: Sequence[RunGroup], acc: str, side: str) -> str:
