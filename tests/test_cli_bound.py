@@ -256,3 +256,9 @@ def test_bound_totals_sit_at_delta_total_and_bad_values_are_one_line_errors():
     assert all(r["delta_central_total"] == 1e-3 and r["delta_local_total"] == 1e-3 for r in out["rows"])
     bad = run("--delta-total", "2", "--device", "cpu")
     assert bad.exit_code == 2 and bad.output.strip() == "error: delta_total = 2.0 is outside the allowed range (0, 1)"
+
+
+def test_a_plain_bound_without_rounds_runs_at_the_default_delta_total():
+    """The default --delta-total is for totals: without --rounds it is not an error (only an explicit one is)."""
+    res = CliRunner().invoke(cli, ["bound", "--users", "200", "--p", "0.5", "--accountant", "tight"])
+    assert res.exit_code == 0 and "tight:eps_central" in res.output, res.output

@@ -135,7 +135,8 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                   + G * len(scopes) * batches * sum(horizons))
     base = bound_grid(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db,
                       accountants=via_bound or ["paper"], delta_l=delta_l, delta_prime=delta_prime,
-                      n0=n0, dim=dim, rounds=rounds, device=device, delta_target=delta_total,
+                      n0=n0, dim=dim, rounds=rounds, device=device,
+                      delta_target=None if rounds is None else delta_total,
                       progress=tally.part(G * len(via_bound or ["paper"])))
     points = list(itertools.product(users, p, sigma2, clip, snr_db))
     by_point: dict[int, dict[str, dict]] = {i: {} for i in range(G)}

@@ -294,9 +294,6 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         check_range("delta_prime", delta_prime, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     elif delta_prime != "auto":
         raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
-    if delta_target is not None and rounds is None:
-        raise OtaflInputError(f"delta_target = {delta_target!r} sets the total delta of the composed totals; "
-                              f"give rounds (--rounds T) too")
     if delta_target is not None:
         check_range("delta_total", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     if max_delta is not None:

@@ -16,7 +16,7 @@ from otafl.cli.options import (accountant_list, accountant_option, delta_options
                                max_delta_option, delta_total_option, output_options, parse_delta_prime,
                                parse_list, quiet_option)
 from otafl.device import resolve_device
-from otafl.errors import OtaflInputError
+from otafl.errors import OtaflInputError, check_range
 from otafl.progress import progress_bar
 from otafl.report.text import bound_text
 
@@ -73,6 +73,11 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
     if channel is not None and explicit:
         raise OtaflInputError("--users and --snr-db come from the channel preset; leave them out with --channel")
+    # the totals' delta matters with --rounds only: given without it, it is refused (one line)
+    if rounds is None and ctx.get_parameter_source("delta_total") is not click.core.ParameterSource.DEFAULT:
+        check_range("delta_total", delta_total, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+        raise OtaflInputError(f"--delta-total = {delta_total!r} sets the total delta of the composed totals; "
+                              "give rounds (--rounds T) too")
     with progress_bar("bound", quiet=quiet, unit="pt") as progress:
         result = bound_grid(
             users=[] if channel else parse_list("users", users, int), p=parse_list("p", p),
