@@ -20,7 +20,8 @@ output. Comparison, token by token after splitting on white space:
   matches any number of output lines (timings, paths, progress);
 * the command must exit 0, unless its quoted output has an ``error:`` line.
 
-``console slow`` blocks run only with ``--slow`` (and in ``pytest -m slow``). Commands run
+A ``python exec`` block is run as a script, and an ``output`` block right after it is its
+quoted output (the same comparison). ``console slow`` and ``python exec slow`` blocks run only with ``--slow`` (and in ``pytest -m slow``). Commands run
 with ``bash`` in a scratch folder that links ``experiments``, ``channels``, ``lectures`` and
 ``benchmarks`` from the repository and has empty ``runs`` and ``figures``, so that no command
 writes into the checkout; one torch thread (``OTAFL_THREADS=1``), ``MPLBACKEND=Agg``.
@@ -78,7 +79,25 @@ def blocks(path: Path) -> list[Block]:
         j = i + 1
         while j < len(lines) and not FENCE.match(lines[j]):
             j += 1
-        if info and info[0] == "console":
+        if info and info[0] == "python" and "exec" in info[1:]:
+            block = Block(path, slow="slow" in info[1:])
+            code = [ln[indent:] for ln in lines[i + 1:j]]
+            nxt = j + 1
+            while nxt < len(lines) and not lines[nxt].strip():
+                nxt += 1
+            m2 = FENCE.match(lines[nxt]) if nxt < len(lines) else None
+            if m2 and m2.group(2).strip() == "output":
+                end = nxt + 1
+                while end < len(lines) and not FENCE.match(lines[end]):
+                    end += 1
+                expected, span = [ln[len(m2.group(1)):] for ln in lines[nxt + 1:end]], (nxt + 1, end)
+                j = end
+            else:
+                expected, span = ["..."], (j, j)
+            block.commands.append(Command("python - <<'OTAFL_DOC_EOF'\n" + "\n".join(code) + "\nOTAFL_DOC_EOF",
+                                          expected, span))
+            out.append(block)
+        elif info and info[0] == "console":
             block = Block(path, slow="slow" in info[1:])
             k = i + 1
             while k < j:
@@ -149,11 +168,13 @@ def _scratch() -> Path:
 
 
 def run(command: str, cwd: Path, timeout: float = 1800.0) -> tuple[int, list[str]]:
-    """The command's exit code and its standard output and error (otafl's one-line errors), as lines."""
+    """The command's exit code and its output as lines: standard output, and of standard error
+    the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
-    return proc.returncode, (proc.stdout + proc.stderr).splitlines()
+    said = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
+    return proc.returncode, proc.stdout.splitlines() + said
 
 
 def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print) -> list[str]:

@@ -93,3 +93,9 @@ def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
     assert len(doccheck.check([_page(tmp_path, "```console\n$ false\n...\n```\n")])) == 1
     ok = '```console\n$ python -c "import sys; sys.exit(\'error: x = 2 is outside [0, 1]\')"\nerror: x = 2 is outside [0, 1]\n```\n'
     assert doccheck.check([_page(tmp_path, ok)]) == []
+
+
+def test_a_python_exec_block_is_compared_with_the_output_block_after_it(tmp_path):
+    page = "```python exec\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
+    assert doccheck.check([_page(tmp_path, page)]) == []
+    assert len(doccheck.check([_page(tmp_path, page.replace("answer 42", "answer 41"))])) == 1
