@@ -1,0 +1,250 @@
+"""Executable documentation: run every ``console`` block of the README and the site, compare
+what each command prints now with what the page quotes.
+
+A block is a fenced code block whose info string starts with ``console``::
+
+    ```console
+    $ otafl bound --users 200 --p 0.5 --accountant exact
+    users    p  ...
+      200  0.5  ...
+    ```
+
+Lines starting with ``$ `` are commands (a trailing ``\\`` continues them on the next line);
+the lines after a command, up to the next command or the end of the block, are its quoted
+output. Comparison, token by token after splitting on white space:
+
+* numbers (``1.17e+03``, ``0.8``, ``13``, with trailing flags such as ``!`` or ``?``) must agree
+  within :data:`REL_TOL` relative (or :data:`ABS_TOL` absolute), their flags exactly;
+* every other token must be equal;
+* ``...`` as a token matches any run of tokens on that line, and a line that is only ``...``
+  matches any number of output lines (timings, paths, progress);
+* the command must exit 0, unless its quoted output has an ``error:`` line.
+
+A ``python exec`` block is run as a script, and an ``output`` block right after it is its
+quoted output (the same comparison). ``console slow`` and ``python exec slow`` blocks run only with ``--slow`` (and in ``pytest -m slow``). Commands run
+with ``bash`` in a scratch folder that links ``experiments``, ``channels``, ``lectures`` and
+``benchmarks`` from the repository and has empty ``runs`` and ``figures``, so that no command
+writes into the checkout; one torch thread (``OTAFL_THREADS=1``), ``MPLBACKEND=Agg``.
+
+    python tests/doccheck.py                 # check README.md and docs/ (fast blocks)
+    python tests/doccheck.py --slow          # all blocks
+    python tests/doccheck.py --update FILE   # rewrite FILE's quoted outputs from fresh runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REL_TOL = 5e-3
+"""Relative tolerance of a quoted number (the one stated in docs/index.md)."""
+ABS_TOL = 1e-9
+LINKED = ("experiments", "channels", "lectures", "benchmarks")
+NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)([%!?,;:)\]]*)$")
+FENCE = re.compile(r"^(\s*)```(.*)$")
+
+
+@dataclass
+class Command:
+    text: str  # the command, continuation lines joined
+    expected: list[str]  # quoted output lines
+    lines: tuple[int, int]  # the expected output's line span in the file [start, stop)
+
+
+@dataclass
+class Block:
+    path: Path
+    slow: bool
+    commands: list[Command] = field(default_factory=list)
+
+
+def blocks(path: Path) -> list[Block]:
+    """The ``console`` blocks of one Markdown file."""
+    out, lines = [], path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        info, indent = m.group(2).strip().split(), len(m.group(1))
+        j = i + 1
+        while j < len(lines) and not FENCE.match(lines[j]):
+            j += 1
+        if info and info[0] == "python" and "exec" in info[1:]:
+            block = Block(path, slow="slow" in info[1:])
+            code = [ln[indent:] for ln in lines[i + 1:j]]
+            nxt = j + 1
+            while nxt < len(lines) and not lines[nxt].strip():
+                nxt += 1
+            m2 = FENCE.match(lines[nxt]) if nxt < len(lines) else None
+            if m2 and m2.group(2).strip() == "output":
+                end = nxt + 1
+                while end < len(lines) and not FENCE.match(lines[end]):
+                    end += 1
+                expected, span = [ln[len(m2.group(1)):] for ln in lines[nxt + 1:end]], (nxt + 1, end)
+                j = end
+            else:
+                expected, span = ["..."], (j, j)
+            block.commands.append(Command("python - <<'OTAFL_DOC_EOF'\n" + "\n".join(code) + "\nOTAFL_DOC_EOF",
+                                          expected, span))
+            out.append(block)
+        elif info and info[0] == "console":
+            block = Block(path, slow="slow" in info[1:])
+            k = i + 1
+            while k < j:
+                line = lines[k][indent:]
+                if not line.startswith("$ "):
+                    k += 1
+                    continue
+                text = line[2:]
+                while text.endswith("\\") and k + 1 < j:
+                    k += 1
+                    text = text[:-1].rstrip() + " " + lines[k][indent:].strip()
+                start = k + 1
+                stop = start
+                while stop < j and not lines[stop][indent:].startswith("$ "):
+                    stop += 1
+                block.commands.append(Command(text.strip(), [ln[indent:] for ln in lines[start:stop]], (start, stop)))
+                k = stop
+            out.append(block)
+        i = j + 1
+    return out
+
+
+def _token_match(expected: str, actual: str) -> bool:
+    if expected == actual:
+        return True
+    me, ma = NUMBER.match(expected), NUMBER.match(actual)
+    if not (me and ma) or me.group(2) != ma.group(2):
+        return False
+    e, a = float(me.group(1)), float(ma.group(1))
+    return abs(e - a) <= max(ABS_TOL, REL_TOL * max(abs(e), abs(a)))
+
+
+def _line_match(expected: str, actual: str) -> bool:
+    exp, act = expected.split(), actual.split()
+
+    def go(i: int, j: int) -> bool:
+        if i == len(exp):
+            return j == len(act)
+        if exp[i] == "...":
+            return any(go(i + 1, k) for k in range(j, len(act) + 1))
+        return j < len(act) and _token_match(exp[i], act[j]) and go(i + 1, j + 1)
+
+    return go(0, 0)
+
+
+def match(expected: list[str], actual: list[str]) -> bool:
+    """Whether the quoted lines match the printed ones (module docstring); blank lines ignored."""
+    exp = [ln for ln in expected if ln.strip()]
+    act = [ln for ln in actual if ln.strip()]
+
+    def go(i: int, j: int) -> bool:
+        if i == len(exp):
+            return j == len(act)
+        if exp[i].strip() == "...":
+            return any(go(i + 1, k) for k in range(j, len(act) + 1))
+        return j < len(act) and _line_match(exp[i], act[j]) and go(i + 1, j + 1)
+
+    return go(0, 0)
+
+
+def _scratch() -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix="otafl-doccheck-"))
+    for name in LINKED:
+        (tmp / name).symlink_to(ROOT / name)
+    (tmp / "runs").mkdir()
+    (tmp / "figures").mkdir()
+    return tmp
+
+
+def run(command: str, cwd: Path, timeout: float = 1800.0) -> tuple[int, list[str]]:
+    """The command's exit code and its output as lines: standard output, and of standard error
+    the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
+    env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    said = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
+    return proc.returncode, proc.stdout.splitlines() + said
+
+
+def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print) -> list[str]:
+    """Run the blocks of ``paths``; the mismatches as messages (``update``: rewrite them instead)."""
+    failures = []
+    for path in paths:
+        found = [b for b in blocks(path) if slow or not b.slow]
+        if not found:
+            continue
+        cwd = _scratch()
+        edits = []
+        try:
+            for block in found:
+                for cmd in block.commands:
+                    code, actual = run(cmd.text, cwd)
+                    expects_error = any(ln.lstrip().startswith("error:") for ln in cmd.expected)
+                    if match(cmd.expected, actual) and (code == 0 or expects_error):
+                        continue
+                    where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{cmd.lines[0]}"
+                    if update and (code == 0 or expects_error):
+                        edits.append((cmd, actual))
+                        log(f"updated {where}: {cmd.text}")
+                    else:
+                        failures.append(f"{where}: `{cmd.text}` exited {code} and printed\n" + "\n".join(actual)
+                                        + "\nbut the page quotes\n" + "\n".join(cmd.expected))
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+        if edits:
+            _rewrite(path, edits)
+    return failures
+
+
+def _rewrite(path: Path, edits: list[tuple[Command, list[str]]]) -> None:
+    """Replace each command's quoted output by what it printed, keeping the ``...`` lines'
+    places where the rest still matches (a quoted ``...`` line stays)."""
+    lines = path.read_text().splitlines()
+    for cmd, actual in sorted(edits, key=lambda e: -e[0].lines[0]):
+        start, stop = cmd.lines
+        indent = ""
+        if start < len(lines) and lines[start].strip():
+            indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+        patterns = [ln for ln in cmd.expected if "..." in ln.split()]  # quoted lines with wildcards stay
+        new = []
+        for ln in actual:
+            kept = next((p for p in patterns if p.strip() != "..." and _line_match(p, ln)), None)
+            new.append(indent + (kept if kept is not None else ln))
+        if any(p.strip() == "..." for p in patterns) and not actual:
+            new.append(indent + "...")
+        lines[start:stop] = new
+    path.write_text("\n".join(lines) + "\n")
+
+
+def doc_files() -> list[Path]:
+    """README.md and every Markdown page of the site."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md and docs/)")
+    ap.add_argument("--slow", action="store_true", help="also the `console slow` blocks")
+    ap.add_argument("--update", action="store_true", help="rewrite the quoted outputs from fresh runs")
+    args = ap.parse_args(argv)
+    paths = [p.resolve() for p in args.files] or doc_files()
+    failures = check(paths, slow=args.slow or args.update, update=args.update)
+    for f in failures:
+        print(f, end="\n\n", file=sys.stderr)
+    print(f"{len(failures)} mismatches" if failures else "every quoted output matches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

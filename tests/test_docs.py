@@ -1,0 +1,101 @@
+"""Executable docs: every `console` block of the README and the site prints what it quotes
+(tests/doccheck.py; tolerance doccheck.REL_TOL), and the checker has teeth."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import doccheck  # noqa: E402
+
+PAGE = """# A page
+
+```console
+$ python -c "print('exact eps', 13.85, 'at delta', 0.00101, '!'); print('wall', 1.23, 's')"
+exact eps 13.85 at delta 0.00101 !
+wall ... s
+```
+"""
+
+
+def _page(tmp_path, text=PAGE) -> Path:
+    path = tmp_path / "page.md"
+    path.write_text(text)
+    return path
+
+
+def test_a_page_that_quotes_what_its_command_prints_passes(tmp_path):
+    assert doccheck.check([_page(tmp_path)]) == []
+
+
+def test_a_quoted_number_edited_by_hand_fails_and_one_within_the_tolerance_passes(tmp_path):
+    wrong = _page(tmp_path, PAGE.replace("eps 13.85 at", "eps 14.2 at"))
+    failures = doccheck.check([wrong])
+    assert len(failures) == 1 and "14.2" in failures[0] and "13.85" in failures[0]
+    close = _page(tmp_path, PAGE.replace("eps 13.85 at", "eps 13.86 at"))  # 0.07 % < REL_TOL
+    assert doccheck.check([close]) == []
+    flag = _page(tmp_path, PAGE.replace("0.00101 !", "0.00101"))  # a flag is not a number's tolerance
+    assert len(doccheck.check([flag])) == 1
+
+
+def test_ellipses_match_any_tokens_and_any_lines():
+    assert doccheck.match(["a ... d"], ["a b c d"]) and doccheck.match(["a ... d"], ["a d"])
+    assert doccheck.match(["x", "...", "z"], ["x", "1", "2", "z"])
+    assert not doccheck.match(["x", "z"], ["x", "1", "z"])
+    assert doccheck.match(["n = 1.17e+03"], ["n = 1170"]) and not doccheck.match(["n = 1.17e+03"], ["n = 1200"])
+
+
+def test_update_rewrites_the_quoted_output_from_a_fresh_run(tmp_path):
+    path = _page(tmp_path, PAGE.replace("eps 13.85 at", "eps 99 at"))
+    doccheck.check([path], update=True, log=lambda *_: None)
+    assert "eps 13.85 at" in path.read_text() and doccheck.check([path]) == []
+
+
+def test_continuation_lines_join_one_command(tmp_path):
+    path = _page(tmp_path, '```console\n$ python -c \\\n    "print(42)"\n42\n```\n')
+    (block,) = doccheck.blocks(path)
+    assert block.commands[0].text == 'python -c "print(42)"' and doccheck.check([path]) == []
+
+
+def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
+    failures = doccheck.check(doccheck.doc_files())
+    assert failures == [], "\n\n".join(failures)
+
+
+@pytest.mark.slow
+def test_every_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
+    failures = doccheck.check(doccheck.doc_files(), slow=True)
+    assert failures == [], "\n\n".join(failures)
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly_with_every_command_and_the_main_functions(tmp_path):
+    import subprocess
+
+    pytest.importorskip("mkdocs")
+    site = tmp_path / "site"
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                         cwd=doccheck.ROOT, capture_output=True, text=True, timeout=600,
+                         env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    from otafl.cli.main import cli as group
+
+    assert all(f"otafl {name}" in cli for name in group.commands)
+    api = (site / "reference" / "api" / "index.html").read_text()
+    assert all(f in api for f in ("run_experiment", "bound_grid", "audit_grid", "calibrate", "audit_run"))
+
+
+def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
+    assert len(doccheck.check([_page(tmp_path, "```console\n$ false\n...\n```\n")])) == 1
+    ok = '```console\n$ python -c "import sys; sys.exit(\'error: x = 2 is outside [0, 1]\')"\nerror: x = 2 is outside [0, 1]\n```\n'
+    assert doccheck.check([_page(tmp_path, ok)]) == []
+
+
+def test_a_python_exec_block_is_compared_with_the_output_block_after_it(tmp_path):
+    page = "```python exec\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
+    assert doccheck.check([_page(tmp_path, page)]) == []
+    assert len(doccheck.check([_page(tmp_path, page.replace("answer 42", "answer 41"))])) == 1
