@@ -19,9 +19,9 @@ def test_writes_the_figure_and_prints_the_papers_preset(tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0].split() == ["p", "paper:eps_central", "tight:eps_central", "exact:eps_central"]
-    assert [line.split() for line in lines[1:4]] == [["0.1", "1171", "6.252", "0.8856"],
-                                                     ["0.5", "3.128", "2.523", "1.194"],
-                                                     ["0.9", "2.447", "1.903", "1.639"]]
+    assert [line.split() for line in lines[1:4]] == [["0.1", "1170", "6.25", "0.886"],
+                                                     ["0.5", "3.13", "2.52", "1.19"],
+                                                     ["0.9", "2.45", "1.90", "1.64"]]
     assert lines[4] == f"figure -> {out}"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
