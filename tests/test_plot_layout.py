@@ -154,3 +154,24 @@ def test_invalid_points_are_hollow_with_a_legend_note(two_axes):
     hollow = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
     assert hollow and all(len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == 0.2 for ln in hollow)
     assert INVALID_NOTE not in legend_labels(figure(two_axes, "privacy", accountant="tight"))
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """Central epsilon 1/p from 2.5 to 53: a log axis with one decade tick (10) in view, where matplotlib labels the minor ticks too (2x10^0 3x10^0 ...); three panels."""
+    return fake_store(tmp_path_factory.mktemp("wide") / "r.sqlite",
+                      {"sampling.p": [0.019, 0.05, 0.1, 0.4], "train.algorithm": ["fedsgd", "fedavg", "scaffold"]}, seeds=(0,),
+                      accountants=("tight",))
+
+
+def test_log_epsilon_axis_tick_labels_do_not_overlap(wide):
+    fig = figure(wide, "tradeoff", accountant="tight", facet="train.algorithm")
+    assert len(fig.axes) == 3 and all(ax.get_xscale() == "log" for ax in fig.axes)
+    renderer = renderer_of(fig)
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
+                  if t.get_visible() and t.get_text() and _inside(t.get_window_extent(renderer),
+                                                                   ax.get_window_extent(renderer).expanded(1, 2))]
+        assert labels  # the decades at least
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)), [t.get_text() for t in labels]

@@ -12,7 +12,7 @@ import math
 from typing import Sequence
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from otafl.errors import OtaflInputError
 from otafl.report.plots.common import (Curve, center_suptitle, curve_colors, draw_invalid, facet_title,
@@ -72,9 +72,24 @@ def _composition(groups: Sequence[RunGroup], acc: str, side: str) -> str:
 
 
 def _log_if_wide(ax, values: Sequence[float], axis: str) -> None:
+    """A log axis where ``values`` span more than a factor 20, labelled in plain numbers:
+    the decades (``1``, ``10``, ``100``) and, where the view spans under two decades, the
+    minor ticks at 2 and 5 (``2``, ``5``, ``20``, ``50``); no other minor label (matplotlib's
+    own ``2x10^0 3x10^0 ...`` overlapped where one decade tick was in view)."""
     positive = [v for v in values if finite(v) and v > 0]
     if positive and max(positive) / min(positive) > 20:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        which = ax.yaxis if axis == "y" else ax.xaxis
+        which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        which.set_minor_formatter(FuncFormatter(lambda v, _: _minor_label(which, v)))
+
+
+def _minor_label(axis, v: float) -> str:
+    lo, hi = sorted(axis.get_view_interval())
+    if v <= 0 or lo <= 0 or math.log10(hi / lo) >= 2:
+        return ""
+    mantissa = v / 10 ** math.floor(math.log10(v) + 1e-9)
+    return f"{v:g}" if any(abs(mantissa - m) < 1e-6 for m in (2, 5)) else ""
 
 
 # --------------------------------------------------------------------------- accuracy
