@@ -145,7 +145,9 @@ def test_axes_say_per_round_or_total_and_name_the_default_accountant(two_axes, c
     assert "total over T = 5 rounds (tight)" in x
     fig = figure(two_axes, "privacy", epsilon="total")
     assert "central ε total over T = 5 rounds" in fig.axes[0].get_ylabel()
-    assert "paper (rdp), uniform p" in legend_labels(fig)
+    labels = [t.replace("\n", " ") for t in legend_labels(fig)]
+    assert "paper (rdp, δ = 2e-05), uniform p" in labels  # the central total at its run's delta_total
+    assert "paper (basic, δ = 1e-05), uniform p" in labels  # the local total at its own
 
 
 def test_invalid_points_are_hollow_with_a_legend_note(two_axes):
@@ -175,3 +177,18 @@ def test_log_epsilon_axis_tick_labels_do_not_overlap(wide):
         assert labels  # the decades at least
         boxes = [t.get_window_extent(renderer) for t in labels]
         assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)), [t.get_text() for t in labels]
+
+
+def test_privacy_legend_states_each_accountants_delta_per_round(two_axes):
+    def summary(spec, accs):
+        out = same_local(spec, accs)
+        for a in accs:  # per-round deltas: exact at one value, tight's growing as p falls
+            out[f"{a}_delta_central"] = 1e-5 if a == "exact" else 1e-4 / spec.sampling.p
+            out[f"{a}_delta_local"] = 1e-5
+        return out
+
+    db = fake_store(two_axes.replace("r.sqlite", "d.sqlite"), {"sampling.p": [0.2, 0.8]}, seeds=(0,),
+                    accountants=("tight", "exact"), summary=summary)
+    labels = [t.replace("\n", " ") for t in legend_labels(figure(db, "privacy", accountant="all"))]
+    assert "tight (δ_c = 0.000125–0.0005, δ_l = 1e-05), uniform p" in labels
+    assert "exact (δ_c = 1e-05, δ_l = 1e-05), uniform p" in labels

@@ -205,10 +205,22 @@ def scaling_text(result: dict) -> str:
 
 def accountants_text(curves: dict, figure: str | None = None) -> str:
     """:func:`otafl.api.curves.accountant_curves` as a table: p and each accountant's
-    per-round central epsilon; then the figure written, if any."""
+    per-round central (epsilon, delta), a delta above 1/K marked ``#`` as in ``bound``;
+    then the figure written, if any."""
     names = [n for n in ("paper", "tight", "exact") if n in curves]
-    lines = [[_given(p)] + [curves[n]["epsilon"][i] for n in names] for i, p in enumerate(curves["p"])]
-    text = render_table(["p"] + [f"{n}:eps_central" for n in names], lines)
+    lines, big = [], False
+    for i, p in enumerate(curves["p"]):
+        line = [_given(p)]
+        for n in names:
+            d = curves[n]["delta"][i]
+            flag = delta_too_large(d, curves["users"])
+            big |= flag
+            line += [curves[n]["epsilon"][i], fmt_number(d) + ("#" if flag else "")]
+        lines.append(line)
+    header = ["p"] + [f"{n}:{c}" for n in names for c in ("eps_central", "delta_central")]
+    text = render_table(header, lines)
+    text += (f"# delta above 1/K = {fmt_sig(1 / curves['users'])}: at that delta the guarantee allows disclosing "
+             "a user's data outright; the epsilon beside it means little\n") if big else ""
     return text + (f"figure -> {figure}\n" if figure else "")
 
 

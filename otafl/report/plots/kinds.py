@@ -65,6 +65,24 @@ def _delta_of(groups: Sequence[RunGroup], side: str, accountants: Sequence[str] 
     return f" at δ = {min(ds):.3g}" if len(ds) == 1 else f" at δ = {min(ds):.3g}–{max(ds):.3g}"
 
 
+def _accountant_deltas(groups: Sequence[RunGroup], acc: str, total_side: str | None = None) -> str:
+    """The deltas of ``acc``'s plotted epsilons (a range where runs or rounds differ). Per
+    round (``total_side`` None): `` (δ_c = 1.5e-05, δ_l = 1e-05)``, the worst round's, both
+    sides in one label so the two panels share one legend entry; a total: ``, δ = 1e-05``,
+    the run's delta_total on that side (the label names that side's composition too)."""
+    parts = []
+    for side in (total_side,) if total_side else ("central", "local"):
+        key = f"{acc}_delta_{side}" + ("_total" if total_side else "")
+        ds = sorted({float(r.summary[key]) for g in groups for r in g.runs
+                     if isinstance(r.summary.get(key), (int, float)) and finite(r.summary[key])})
+        if ds:
+            sym = "δ" if total_side else ("δ_c" if side == "central" else "δ_l")
+            parts.append(f"{sym} = {ds[0]:.3g}" + (f"–{ds[-1]:.3g}" if len(ds) > 1 else ""))
+    if not parts:
+        return ""
+    return f", {parts[0]}" if total_side else f" ({', '.join(parts)})"
+
+
 def _composition(groups: Sequence[RunGroup], acc: str, side: str) -> str:
     key = f"{acc}_composition" + ("_local" if side == "local" else "")
     names = sorted({str(r.summary[key]) for g in groups for r in g.runs if r.summary.get(key) is not None})
@@ -159,7 +177,8 @@ def privacy_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, a
             curves, values, refs = [], [], []
             for a in accountants:
                 color, marker = ACCOUNTANT_STYLE.get(a, (None, "D"))
-                name = a + (f" ({_composition(groups, a, side)})" if epsilon == "total" else "")
+                name = a + (f" ({_composition(groups, a, side)}{_accountant_deltas(groups, a, side)})"
+                            if epsilon == "total" else _accountant_deltas(groups, a))
                 for j, extra in enumerate(extras):
                     members = sorted((g for g in funi if tuple((k, repr(v)) for k, v in g.group.items()
                                                                if k != facet) == extra),
