@@ -11,7 +11,7 @@ from otafl.api import PAPER_DIM
 from otafl.api.bound import bound_grid, channel_gain_floor
 from otafl.errors import OtaflInputError
 from otafl.privacy.accountants import paper_round, tight_round
-from otafl.report.text import bound_text, fmt_number, render_table
+from otafl.report.text import bound_text, fmt_number, fmt_sig, render_table
 
 GRID = dict(users=[200], p=[0.1, 0.5, 0.9], sigma2=[0.1], clip=[1.0], snr_db=[10.0], n0=0.0)
 
@@ -184,9 +184,14 @@ def test_rdp_classic_is_for_the_steps_accountant_only():
 
 def test_fmt_number_and_render_table():
     assert [fmt_number(v) for v in (1171.3, 0.000123456, math.inf, -math.inf, math.nan, 3, None, True, "x")] == \
-        ["1171", "0.0001235", "inf", "-inf", "nan", "3", "-", "yes", "x"]
+        ["1170", "0.000123", "inf", "-inf", "nan", "3", "-", "yes", "x"]
     text = render_table(["a", "bb"], [[1.0, "x!"], [10, None]])
-    assert text == " a  bb\n 1  x!\n10   -\n"
+    assert text == "   a  bb\n1.00  x!\n  10   -\n"
+
+
+def test_every_float_cell_has_three_significant_figures_and_no_exponent_between_1e_4_and_1e6():
+    assert [fmt_sig(v) for v in (0.8, 13.0, 1171.3, 999.6, 9.996, 2.5e7, 1e-5, 0.000123456, 0.0, -0.05)] == \
+        ["0.800", "13.0", "1170", "1000", "10.0", "2.50e+07", "1.00e-05", "0.000123", "0", "-0.0500"]
 
 
 def test_bound_text_puts_the_accountants_side_by_side_with_the_legend():

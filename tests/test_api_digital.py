@@ -72,12 +72,12 @@ def test_the_table_shows_cost_columns_and_blanks_digital_keys_of_over_the_air_ro
     assert head[-3:] == ["channel uses", "energy", "outages"]
     mech = head.index("digital.mechanism")
     by_agg = {r[head.index("train.aggregation")] + r[mech]: r for r in body}
-    assert by_agg["ota–"][-3] == "16" and by_agg["digitalpbm"][-3] == "2e+05"
+    assert by_agg["ota–"][-3] == "16.0" and by_agg["digitalpbm"][-3] == "200000"  # 3 significant figures
     # both systems' leakage by default: the over-the-air accountant's block, then digital's
     c_total = [i for i, h in enumerate(head) if "ε_c total" in h]
     assert [head[i].split()[0] for i in c_total] == ["tight", "digital"]
-    assert by_agg["ota–"][c_total[0]] == "5" and by_agg["ota–"][c_total[1]] == "–"
-    assert by_agg["digitalddg"][c_total[0]] == "–" and by_agg["digitalddg"][c_total[1]] == "8"
+    assert by_agg["ota–"][c_total[0]] == "5.00" and by_agg["ota–"][c_total[1]] == "–"
+    assert by_agg["digitalddg"][c_total[0]] == "–" and by_agg["digitalddg"][c_total[1]] == "8.00"
     csv = CliRunner().invoke(cli, ["table", path, "--format", "csv"]).stdout.splitlines()
     assert csv[0].endswith("channel_uses_per_round,energy_per_round,outages_per_round")
 

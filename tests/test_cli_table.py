@@ -49,8 +49,8 @@ def test_markdown_default_columns_first_accountant_and_one_row_per_configuration
     assert [r[:3] for r in body] == [["uniform", "p = 0.2", "3"], ["uniform", "p = 0.5", "3"],
                                      ["uniform", "p = 0.8", "3"], ["channel-aware", "h_th = 2", "3"]]
     assert all(r[3] == "82.0 ± 2.0" for r in body)
-    assert body[1][head.index("paper ε_c per round")] == "4"
-    assert body[1][head.index("paper ε_c total (T = 5, rdp)")] == "20"
+    assert body[1][head.index("paper ε_c per round")] == "4.00"
+    assert body[1][head.index("paper ε_c total (T = 5, rdp)")] == "20.0"
     assert body[3][-1] == "2.5"
     assert "mean ± std over 3 seeds" in res.stdout and "tight ε" not in res.stdout
 
@@ -64,7 +64,7 @@ def test_accountant_option_picks_and_orders_accountants(with_exact):
     res = table(with_exact, "--accountant", "tight,paper", "--columns", "setting,eps_central_round")
     head, _, *body = md_rows(res.stdout)
     assert head == ["p / h_th", "tight ε_c per round", "paper ε_c per round"]
-    assert body[0] == ["p = 0.2", "5", "10 !"]
+    assert body[0] == ["p = 0.2", "5.00", "10.0 !"]
     head = md_rows(table(with_exact, "--accountant", "all", "--columns", "eps_central_total").stdout)[0]
     assert [h.split()[0] for h in head] == ["paper", "tight", "exact"]
 
@@ -126,11 +126,11 @@ def test_validity_flags_in_every_format(results):
     assert "!: paper's classic Gaussian step is outside its validity range" in md
     text = table(results, "--format", "text").stdout
     lines = text.splitlines()
-    assert lines[2].split()[-3:] == ["50", "!", "2.0"] and "!" not in lines[3]
+    assert lines[2].split()[-3:] == ["50.0", "!", "2.0"] and "!" not in lines[3]
     assert "!: paper's" in text
     tex = table(results, "--format", "latex").stdout
     rows = tex.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()
-    assert r"{10}^{\dagger}" in rows[0] and r"\dagger" not in rows[1] and r"$\dagger$: paper's" in tex
+    assert r"{10.0}^{\dagger}" in rows[0] and r"\dagger" not in rows[1] and r"$\dagger$: paper's" in tex
     valid_col = md_rows(table(results, "--columns", "setting,valid").stdout)
     assert [r[1] for r in valid_col[2:]] == ["no", "yes", "yes", "no"]
 

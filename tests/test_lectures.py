@@ -86,9 +86,21 @@ def test_lecture_02_accountants(summaries):
     assert re.search(r"paper [0-9.e+]+->[0-9.e+]+ \(falls\)", line)
     assert re.search(r"tight [0-9.e+]+->[0-9.e+]+ \(falls\)", line)
     assert re.search(r"exact min [0-9.]+ at p=0\.1 then rises", line)
+    # each epsilon with its delta: the closed forms' per-round delta grows as p falls (their tail
+    # delta' of too few participants), exact's is the slider's
+    for name in ("paper", "tight"):
+        m = re.search(name + r" [^,|]* at delta ([0-9.e+-]+)->([0-9.e+-]+)", line)
+        assert m and float(m.group(1)) > 1 / 200 > float(m.group(2)) > 0  # p = 0.05: above 1/K; p = 1: small
+    assert re.search(r"exact min [^|]* at delta 1e-05 \|", line)
     # the paper's bound: slope ~ -1/2 at fixed p, ~ -3/4 for p ~ K^{-1/2}
     assert -0.7 < number(line, "fixed-p") < -0.45
     assert -0.9 < number(line, "sqrt-p") < -0.7
+
+
+def test_a_summary_that_prints_an_epsilon_states_a_delta(summaries):
+    for name in NOTEBOOKS:
+        line = summary(summaries, name)
+        assert "eps" not in line or "delta" in line, line  # lecture 01 prints no epsilon
 
 
 def test_lecture_03_tradeoff(summaries):

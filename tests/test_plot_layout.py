@@ -145,7 +145,9 @@ def test_axes_say_per_round_or_total_and_name_the_default_accountant(two_axes, c
     assert "total over T = 5 rounds (tight)" in x
     fig = figure(two_axes, "privacy", epsilon="total")
     assert "central ε total over T = 5 rounds" in fig.axes[0].get_ylabel()
-    assert "paper (rdp), uniform p" in legend_labels(fig)
+    labels = [t.replace("\n", " ") for t in legend_labels(fig)]
+    assert "paper (rdp, δ = 2e-05), uniform p" in labels  # the central total at its run's delta_total
+    assert "paper (basic, δ = 1e-05), uniform p" in labels  # the local total at its own
 
 
 def test_invalid_points_are_hollow_with_a_legend_note(two_axes):
@@ -154,3 +156,39 @@ def test_invalid_points_are_hollow_with_a_legend_note(two_axes):
     hollow = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_markerfacecolor() == "white"]
     assert hollow and all(len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == 0.2 for ln in hollow)
     assert INVALID_NOTE not in legend_labels(figure(two_axes, "privacy", accountant="tight"))
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """Central epsilon 1/p from 2.5 to 53: a log axis with one decade tick (10) in view, where matplotlib labels the minor ticks too (2x10^0 3x10^0 ...); three panels."""
+    return fake_store(tmp_path_factory.mktemp("wide") / "r.sqlite",
+                      {"sampling.p": [0.019, 0.05, 0.1, 0.4], "train.algorithm": ["fedsgd", "fedavg", "scaffold"]}, seeds=(0,),
+                      accountants=("tight",))
+
+
+def test_log_epsilon_axis_tick_labels_do_not_overlap(wide):
+    fig = figure(wide, "tradeoff", accountant="tight", facet="train.algorithm")
+    assert len(fig.axes) == 3 and all(ax.get_xscale() == "log" for ax in fig.axes)
+    renderer = renderer_of(fig)
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
+                  if t.get_visible() and t.get_text() and _inside(t.get_window_extent(renderer),
+                                                                   ax.get_window_extent(renderer).expanded(1, 2))]
+        assert labels  # the decades at least
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)), [t.get_text() for t in labels]
+
+
+def test_privacy_legend_states_each_accountants_delta_per_round(two_axes):
+    def summary(spec, accs):
+        out = same_local(spec, accs)
+        for a in accs:  # per-round deltas: exact at one value, tight's growing as p falls
+            out[f"{a}_delta_central"] = 1e-5 if a == "exact" else 1e-4 / spec.sampling.p
+            out[f"{a}_delta_local"] = 1e-5
+        return out
+
+    db = fake_store(two_axes.replace("r.sqlite", "d.sqlite"), {"sampling.p": [0.2, 0.8]}, seeds=(0,),
+                    accountants=("tight", "exact"), summary=summary)
+    labels = [t.replace("\n", " ") for t in legend_labels(figure(db, "privacy", accountant="all"))]
+    assert "tight (δ_c = 0.000125–0.0005, δ_l = 1e-05), uniform p" in labels
+    assert "exact (δ_c = 1e-05, δ_l = 1e-05), uniform p" in labels

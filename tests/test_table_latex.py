@@ -117,7 +117,7 @@ def test_the_syntax_check_catches_each_kind_of_mistake(bad, needle):
 def _summary(spec, accs):
     out = default_summary(spec, accs)
     if spec.sampling.scheme == "uniform" and spec.sampling.p < 0.5:
-        out["paper_epsilon_central"] = 1234.5  # a number in exponent notation
+        out["paper_epsilon_central"] = 1.2345e6  # a number in exponent notation
         out["tight_epsilon_central_total"] = float("inf")
     return out
 
@@ -160,7 +160,7 @@ def test_latex_layout_math_caption_and_note(results):
     assert r"\label{tab:trade_off}" in text and r"\toprule" in text and r"\bottomrule" in text
     assert r"\multicolumn{8}{c}{paper}" in text  # 4 eps + 2 delta + composition + valid, per accountant
     assert r"$p = 0.2$" in text and r"$h_\mathrm{th} = 2$" in text and r"linear $0.9 \to 0.3$" in text
-    assert r"{1.23 \times 10^{3}}^{\dagger}" in text and "e+03" not in text and r"$\infty$" in text
+    assert r"{1.23 \times 10^{6}}^{\dagger}" in text and "e+06" not in text and r"$\infty$" in text
     assert r"$81.0 \pm 1.4$" in text and r"$[2, 10, 30]$" in text
     assert r"total\\($T = 5$, rdp)" in text and r"\\per round" in text
     note = text.split("\\bottomrule\n\\end{tabular}")[1]
@@ -171,8 +171,9 @@ def test_latex_layout_math_caption_and_note(results):
 
 
 def test_tex_number_writes_powers_of_ten():
-    assert tex_number(1234.5) == r"1.23 \times 10^{3}" and tex_number(0.5) == "0.5"
-    assert tex_number(1.5e-05) == r"1.5 \times 10^{-5}" and tex_number(float("inf")) == r"\infty"
+    assert tex_number(1.2345e6) == r"1.23 \times 10^{6}" and tex_number(0.5) == "0.500"
+    assert tex_number(1234.5) == "1230"  # plain digits below 10^6, as in the text tables
+    assert tex_number(1.5e-05) == r"1.50 \times 10^{-5}" and tex_number(float("inf")) == r"\infty"
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None,

@@ -10,11 +10,12 @@ from __future__ import annotations
 import click
 
 from otafl.device import DEVICES
+from otafl.report.text import fmt_sig
 from otafl.validation import AUDIT_SCOPES
 
 
 def _fmt(value) -> str:
-    return "inf" if value == float("inf") else ("-" if value is None else f"{value:.4g}")
+    return "-" if value is None else fmt_sig(value)
 
 
 def audit_run_text(result: dict) -> str:
@@ -30,8 +31,8 @@ def audit_run_text(result: dict) -> str:
         verdict = "ok" if not row["exceeded"] else (
             "BOUND EXCEEDED: UNSOUND" if row["guaranteed"] else "exceeded (not a guaranteed bound)")
         main = " (main)" if name == result["main"] else ""
-        lines.append(f"  {name:<{width}}  upper eps {_fmt(row['epsilon'])} at delta {row['delta']:.3g};  "
-                     f"audit eps >= {_fmt(row['epsilon_lower'])} at delta {row['delta']:.3g} "
+        lines.append(f"  {name:<{width}}  upper eps {_fmt(row['epsilon'])} at delta {fmt_sig(row['delta'])};  "
+                     f"audit eps >= {_fmt(row['epsilon_lower'])} at delta {fmt_sig(row['delta'])} "
                      f"[95% CI {_fmt(ci[0] if ci else None)}, {_fmt(ci[1] if ci else None)}]  {verdict}{main}")
     if meta.get("privacy_note"):
         lines.append(f"  note: {meta['privacy_note']}")

@@ -26,7 +26,7 @@ import textwrap
 from typing import Any, Sequence
 
 from otafl.errors import OtaflInputError
-from otafl.report.text import render_table as text_table
+from otafl.report.text import fmt_sig, render_table as text_table
 from otafl.report.table import (COLUMNS, COSTS, CSV_DEFAULT_COLUMNS, DEFAULT_COLUMNS, FORMATS, PER_ACCOUNTANT, TableRow,
                                 TradeoffTable, applies, fmt_value)
 
@@ -57,10 +57,12 @@ def latex_escape(text: str) -> str:
 
 
 def tex_number(x: float, digits: int = 3) -> str:
-    """``1234.5`` -> ``1.23 \\times 10^{3}`` (3 significant digits; no dollars)."""
+    """``0.5`` -> ``0.500``, ``1234.5`` -> ``1230``, ``2.35e7`` -> ``2.35 \\times 10^{7}``: the
+    digits of :func:`~otafl.report.text.fmt_sig` (3 significant figures), the exponent in
+    math; no dollars."""
     if math.isinf(x):
         return r"\infty" if x > 0 else r"-\infty"
-    s = f"{x:.{digits}g}"
+    s = fmt_sig(x, digits)
     if "e" not in s:
         return s
     mant, exp = s.split("e")
@@ -114,7 +116,7 @@ def _num(x: float, fmt: str, flag: bool = False) -> str:
         return "inf" if x == math.inf else "-inf" if x == -math.inf else repr(float(x))
     if fmt == "latex":
         return f"${{{tex_number(x)}}}^{{\\dagger}}$" if flag else f"${tex_number(x)}$"
-    return ("∞" if x == math.inf else f"{x:.3g}") + (" !" if flag else "")
+    return ("∞" if x == math.inf else fmt_sig(x)) + (" !" if flag else "")
 
 
 def _setting_tex(row: TableRow) -> str:

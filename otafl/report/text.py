@@ -1,7 +1,7 @@
 """Plain-text output of the bound-style commands: one number format, one table layout.
 
-:func:`fmt_number` formats every cell (4 significant digits), :func:`render_table` lines
-the cells up (right-aligned columns, two spaces apart). The command layouts on top --
+:func:`fmt_number` formats every cell (computed numbers to 3 significant figures by
+:func:`fmt_sig`, trailing zeros kept), :func:`render_table` lines the cells up (right-aligned columns, two spaces apart). The command layouts on top --
 :func:`bound_text`, :func:`audit_text`, :func:`scaling_text`, :func:`accountants_text` --
 take the dicts of :mod:`otafl.api`. :func:`json_text` and :func:`csv_text` are the
 ``--format json`` and ``--format csv`` writers: JSON writes non-finite numbers as the
@@ -21,19 +21,36 @@ from otafl.privacy.accountants.result import delta_too_large
 
 from otafl.results import jsonable
 
-__all__ = ["fmt_number", "render_table", "json_text", "csv_text", "bound_text", "audit_text", "scaling_text",
+__all__ = ["fmt_sig", "fmt_number", "render_table", "json_text", "csv_text", "bound_text", "audit_text", "scaling_text",
            "accountants_text", "calibration_text", "run_text"]
 
 
+def fmt_sig(x: float, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant figures, the same way in every table: trailing zeros
+    kept (``0.800``, ``13.0``, ``6.25``), plain digits from 1e-4 up to 1e6 (``1170``, not
+    ``1.17e+03``), scientific outside (``1.00e-05``, ``2.35e+07``); ``0``, ``inf``, ``-inf``
+    and ``nan`` as such."""
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    exp = math.floor(math.log10(abs(float(f"{x:.{digits - 1}e}"))))  # after rounding: 999.6 -> 1e3
+    if exp < -4 or exp >= 6:
+        return f"{x:.{digits - 1}e}"
+    if exp >= digits - 1:  # an integer once rounded: 1171.3 -> 1170
+        return f"{round(x, digits - 1 - exp):.0f}"
+    return f"{x:.{digits - 1 - exp}f}"
+
+
 def fmt_number(value: Any) -> str:
-    """A table cell: floats to 4 significant digits (``inf``, ``-inf``, ``nan`` as such),
-    booleans as yes / no, None as ``-``, anything else (ints, strings) as ``str``."""
+    """A table cell: floats to 3 significant figures by :func:`fmt_sig` (``inf``, ``-inf``,
+    ``nan`` as such), booleans as yes / no, None as ``-``, anything else (ints, strings) as
+    ``str``. Inputs a user typed (p, sigma2, ...) go in as ``f"{v:g}"`` strings, unrounded."""
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return fmt_sig(value)
     return str(value)
 
 
@@ -52,6 +69,11 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, left: 
     dashes = ["  ".join("-" * w for w in widths)] if rule else []
     out = [fmt_line(lines[0])] + dashes + [fmt_line(line) for line in lines[1:]]
     return "\n".join(out) + "\n"
+
+
+def _given(v: Any) -> Any:
+    """An input as the user gave it (``0.05``, not ``0.0500``): floats by ``g``."""
+    return f"{v:g}" if isinstance(v, float) else v
 
 
 def json_text(result: dict) -> str:
@@ -100,7 +122,7 @@ def bound_text(result: dict) -> str:
     lines, notes = [], set()
     max_delta = meta.get("max_delta")
     for point, by_acc in grid.items():
-        line = list(point[:4]) + ([] if meta["channel"] else [point[4]])
+        line = [_given(v) for v in point[:4] + (() if meta["channel"] else (point[4],))]
         line.append(by_acc[names[0]]["mean_participants"])
         for name in names:
             row = by_acc[name]
@@ -146,11 +168,14 @@ AUDIT_COLUMNS = ("users", "p", "sigma2", "clip", "snr_db", "scope", "rounds", "a
                  "audit_delta", "audit_lower", "audit_upper", "verdict")
 
 
+_AUDIT_GIVEN = {"users", "p", "sigma2", "clip", "snr_db"}
+
+
 def audit_text(result: dict) -> str:
     """:func:`otafl.api.audit.audit_grid` as a table (one line per row) and a footer line."""
     rows, big = [], False
     for r in result["rows"]:
-        cells = [r[c] for c in AUDIT_COLUMNS]
+        cells = [_given(r[c]) if c in _AUDIT_GIVEN else r[c] for c in AUDIT_COLUMNS]
         if delta_too_large(r["delta"], r["users"]):  # the same flag as bound's, per round and total
             cells[AUDIT_COLUMNS.index("delta")] = fmt_number(r["delta"]) + "#"
             big = True
@@ -180,10 +205,22 @@ def scaling_text(result: dict) -> str:
 
 def accountants_text(curves: dict, figure: str | None = None) -> str:
     """:func:`otafl.api.curves.accountant_curves` as a table: p and each accountant's
-    per-round central epsilon; then the figure written, if any."""
+    per-round central (epsilon, delta), a delta above 1/K marked ``#`` as in ``bound``;
+    then the figure written, if any."""
     names = [n for n in ("paper", "tight", "exact") if n in curves]
-    lines = [[p] + [curves[n]["epsilon"][i] for n in names] for i, p in enumerate(curves["p"])]
-    text = render_table(["p"] + [f"{n}:eps_central" for n in names], lines)
+    lines, big = [], False
+    for i, p in enumerate(curves["p"]):
+        line = [_given(p)]
+        for n in names:
+            d = curves[n]["delta"][i]
+            flag = delta_too_large(d, curves["users"])
+            big |= flag
+            line += [curves[n]["epsilon"][i], fmt_number(d) + ("#" if flag else "")]
+        lines.append(line)
+    header = ["p"] + [f"{n}:{c}" for n in names for c in ("eps_central", "delta_central")]
+    text = render_table(header, lines)
+    text += (f"# delta above 1/K = {fmt_sig(1 / curves['users'])}: at that delta the guarantee allows disclosing "
+             "a user's data outright; the epsilon beside it means little\n") if big else ""
     return text + (f"figure -> {figure}\n" if figure else "")
 
 
@@ -208,8 +245,8 @@ def calibration_text(result, *, grid_points: int, tol: float) -> str:
     if result.value == (lo if k.prefer == "min" else hi):
         lines.append("  (the end of the searched range: widen --range to look further)")
     lines += [f"{'':10}{'per round':>12}{'total':>12}",
-              f"{'epsilon':10}{result.epsilon_round:>12.4g}{result.epsilon_total:>12.4g}",
-              f"{'delta':10}{result.delta_round:>12.3g}{result.delta:>12.3g}"]
+              f"{'epsilon':10}{fmt_sig(result.epsilon_round):>12}{fmt_sig(result.epsilon_total):>12}",
+              f"{'delta':10}{fmt_sig(result.delta_round):>12}{fmt_sig(result.delta):>12}"]
     return "\n".join(lines) + "\n"
 
 
@@ -221,16 +258,18 @@ def run_text(summary: dict, accountants, out_dir) -> str:
     lines = [f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
              f"mean participants {s['mean_participants']:.1f} of {s['users']}; {s['wall_seconds']:.1f} s -> {out_dir}"]
     if s.get("channel_uses_per_round") == s.get("channel_uses_per_round") is not None:  # reported, not NaN
-        lines.append(f"  uplink: {s['channel_uses_per_round']:.4g} channel uses and {s['energy_per_round']:.4g} "
-                     f"energy per round, {s['outages_per_round']:.3g} outages per round")
+        lines.append(f"  uplink: {fmt_sig(s['channel_uses_per_round'])} channel uses and "
+                     f"{fmt_sig(s['energy_per_round'])} energy per round, {fmt_sig(s['outages_per_round'])} "
+                     "outages per round")
     users = s.get("users")
     for name in list(accountants) + [a for a in ("steps", "steps-sumdom", "digital") if a not in accountants]:
         if f"{name}_epsilon_central" in s:
             d_round, d_total = s.get(f"{name}_delta_central", math.nan), s.get(f"{name}_delta_central_total", math.nan)
             big = [w for w, d in (("per-round", d_round), ("total", d_total)) if delta_too_large(d, users)]
-            lines.append(f"  {name}: per-round eps_local max {s[f'{name}_epsilon_local_max']:.3g}, "
-                         f"eps_central {s[f'{name}_epsilon_central']:.3g} at delta {d_round:.3g}; over the run "
-                         f"eps_central {s[f'{name}_epsilon_central_total']:.3g} at delta {d_total:.3g} "
+            lines.append(f"  {name}: per-round eps_local max {fmt_sig(s[f'{name}_epsilon_local_max'])}, "
+                         f"eps_central {fmt_sig(s[f'{name}_epsilon_central'])} at delta {fmt_sig(d_round)}; over "
+                         f"the run eps_central {fmt_sig(s[f'{name}_epsilon_central_total'])} at delta "
+                         f"{fmt_sig(d_total)} "
                          f"({s.get(f'{name}_composition', '')})"
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: sum-domination over local steps; not a guaranteed bound]"

@@ -12,7 +12,7 @@ import math
 from typing import Sequence
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from otafl.errors import OtaflInputError
 from otafl.report.plots.common import (Curve, center_suptitle, curve_colors, draw_invalid, facet_title,
@@ -65,6 +65,24 @@ def _delta_of(groups: Sequence[RunGroup], side: str, accountants: Sequence[str] 
     return f" at δ = {min(ds):.3g}" if len(ds) == 1 else f" at δ = {min(ds):.3g}–{max(ds):.3g}"
 
 
+def _accountant_deltas(groups: Sequence[RunGroup], acc: str, total_side: str | None = None) -> str:
+    """The deltas of ``acc``'s plotted epsilons (a range where runs or rounds differ). Per
+    round (``total_side`` None): `` (δ_c = 1.5e-05, δ_l = 1e-05)``, the worst round's, both
+    sides in one label so the two panels share one legend entry; a total: ``, δ = 1e-05``,
+    the run's delta_total on that side (the label names that side's composition too)."""
+    parts = []
+    for side in (total_side,) if total_side else ("central", "local"):
+        key = f"{acc}_delta_{side}" + ("_total" if total_side else "")
+        ds = sorted({float(r.summary[key]) for g in groups for r in g.runs
+                     if isinstance(r.summary.get(key), (int, float)) and finite(r.summary[key])})
+        if ds:
+            sym = "δ" if total_side else ("δ_c" if side == "central" else "δ_l")
+            parts.append(f"{sym} = {ds[0]:.3g}" + (f"–{ds[-1]:.3g}" if len(ds) > 1 else ""))
+    if not parts:
+        return ""
+    return f", {parts[0]}" if total_side else f" ({', '.join(parts)})"
+
+
 def _composition(groups: Sequence[RunGroup], acc: str, side: str) -> str:
     key = f"{acc}_composition" + ("_local" if side == "local" else "")
     names = sorted({str(r.summary[key]) for g in groups for r in g.runs if r.summary.get(key) is not None})
@@ -72,9 +90,24 @@ def _composition(groups: Sequence[RunGroup], acc: str, side: str) -> str:
 
 
 def _log_if_wide(ax, values: Sequence[float], axis: str) -> None:
+    """A log axis where ``values`` span more than a factor 20, labelled in plain numbers:
+    the decades (``1``, ``10``, ``100``) and, where the view spans under two decades, the
+    minor ticks at 2 and 5 (``2``, ``5``, ``20``, ``50``); no other minor label (matplotlib's
+    own ``2x10^0 3x10^0 ...`` overlapped where one decade tick was in view)."""
     positive = [v for v in values if finite(v) and v > 0]
     if positive and max(positive) / min(positive) > 20:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        which = ax.yaxis if axis == "y" else ax.xaxis
+        which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        which.set_minor_formatter(FuncFormatter(lambda v, _: _minor_label(which, v)))
+
+
+def _minor_label(axis, v: float) -> str:
+    lo, hi = sorted(axis.get_view_interval())
+    if v <= 0 or lo <= 0 or math.log10(hi / lo) >= 2:
+        return ""
+    mantissa = v / 10 ** math.floor(math.log10(v) + 1e-9)
+    return f"{v:g}" if any(abs(mantissa - m) < 1e-6 for m in (2, 5)) else ""
 
 
 # --------------------------------------------------------------------------- accuracy
@@ -144,7 +177,8 @@ def privacy_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, a
             curves, values, refs = [], [], []
             for a in accountants:
                 color, marker = ACCOUNTANT_STYLE.get(a, (None, "D"))
-                name = a + (f" ({_composition(groups, a, side)})" if epsilon == "total" else "")
+                name = a + (f" ({_composition(groups, a, side)}{_accountant_deltas(groups, a, side)})"
+                            if epsilon == "total" else _accountant_deltas(groups, a))
                 for j, extra in enumerate(extras):
                     members = sorted((g for g in funi if tuple((k, repr(v)) for k, v in g.group.items()
                                                                if k != facet) == extra),
