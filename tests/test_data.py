@@ -540,3 +540,20 @@ def test_synthetic_size_is_the_spec_key_data_samples():
     assert spec.data.samples == 12_500
     d = load_dataset("synthetic", seed=0, synthetic_samples=spec.data.samples)
     assert d.x_train.shape[0] + d.x_test.shape[0] == 12_500 and d.x_train.shape[0] >= 10_000
+
+
+def test_gather_rows_into_a_reused_buffer_equals_the_fresh_copy_across_shapes():
+    import warnings
+
+    from otafl.data import RowBuffer, gather_rows
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(50, 3, 4, generator=g), torch.randint(0, 10, (50,), generator=g)
+    xb, yb = RowBuffer(), RowBuffer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "output was resized" warning
+        for n, b in [(7, 2), (3, 2), (9, 3), (7, 2)]:
+            idx = torch.randint(0, 50, (n, b), generator=g)
+            got_x, got_y = xb.gather(x, idx), yb.gather(y, idx)
+            assert got_x.shape == (n, b, 3, 4) and got_y.shape == (n, b)
+            assert torch.equal(got_x, gather_rows(x, idx)) and torch.equal(got_y, gather_rows(y, idx))

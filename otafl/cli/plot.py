@@ -12,7 +12,8 @@ from otafl.report.names import EPSILONS, KINDS
 @click.argument("results", type=click.Path(dir_okay=False))
 @click.option("--kind", type=click.Choice(KINDS), required=True,
               help="accuracy: accuracy vs round per p; privacy: epsilon vs p per accountant; tradeoff: accuracy "
-                   "vs epsilon per scheme; channel: gain traces and participation over time.")
+                   "vs epsilon per scheme; channel: gain traces and participation over time; scaling: accuracy and "
+                   "central epsilon vs a swept key (--x), with the per-round epsilon's log-log slope.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), required=True,
               help="Image file; the format follows the suffix: .png, .svg or .pdf.")
 @click.option("--group-by", "group_by", multiple=True, metavar="SECTION.KEY",
@@ -25,10 +26,14 @@ from otafl.report.names import EPSILONS, KINDS
                    "if the runs carry it, else the first present (as otafl table); for privacy: all].")
 @click.option("--epsilon", type=click.Choice(EPSILONS), default="round", show_default=True,
               help="privacy / tradeoff: the worst round's leakage, or the total composed over the T rounds.")
-def plot(results, kind, out, group_by, facet, accountant, epsilon):
+@click.option("--x", "x", default="data.users", show_default=True, metavar="SECTION.KEY",
+              help="scaling: the swept numeric key on the horizontal axis.")
+def plot(results, kind, out, group_by, facet, accountant, epsilon, x):
     """Draw a figure of KIND from the finished runs in RESULTS and save it to OUT."""
-    from otafl.report.plots import plot_results
+    from otafl.report.plots import plot_results, scaling_slopes
 
     keys = [k.strip() for item in group_by for k in item.split(",") if k.strip()] or None
-    path = plot_results(results, kind, out, group_by=keys, accountant=accountant, facet=facet, epsilon=epsilon)
+    path = plot_results(results, kind, out, group_by=keys, accountant=accountant, facet=facet, epsilon=epsilon, x=x)
+    if kind == "scaling":
+        click.echo(scaling_slopes(results, group_by=keys, accountant=accountant, x=x))
     click.echo(f"{kind} figure -> {path}")

@@ -42,13 +42,13 @@ Modules
 ``synthetic``  ``synthetic``, the seeded Gaussian mixture
 ``load``       :data:`DATASETS`, :data:`DEFAULT_DATASET` and :func:`load_dataset`
 ``splits``     :class:`UserSplit`, :data:`SPLITS` and :func:`split_users`
-``minibatch``  :func:`gather_rows` and :func:`sample_minibatches`
+``minibatch``  :func:`gather_rows` (:class:`RowBuffer`: reused) and :func:`sample_minibatches`
 """
 
 from otafl.data.container import Dataset, DatasetOptions
 from otafl.data.idx import read_idx
 from otafl.data.load import DATASETS, DEFAULT_DATASET, load_dataset
-from otafl.data.minibatch import gather_rows, sample_minibatches
+from otafl.data.minibatch import RowBuffer, gather_rows, sample_minibatches
 from otafl.data.mnist import MNIST_FILES
 from otafl.data.splits import SPLITS, UserSplit, split_users
 
@@ -60,6 +60,7 @@ __all__ = [
     "MNIST_FILES",
     "SPLITS",
     "UserSplit",
+    "RowBuffer",
     "gather_rows",
     "load_dataset",
     "read_idx",

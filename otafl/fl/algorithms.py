@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor
 
-from otafl.data import gather_rows, sample_minibatches
+from otafl.data import RowBuffer, sample_minibatches
 from otafl.fl.grads import StackedGradients, UserGradients, supports_ghost, user_gradients
 from otafl.fl.local import build_local_steps
 from otafl.fl.optim import bind_flat_grad, make_optimizer
@@ -83,6 +83,7 @@ class FedSGD(Algorithm):
         self.batch_size, self.weight_decay, self.clip = spec.data.batch_size, tr.weight_decay, spec.transmit.clip
         self.input_sketch: InputSketch | None = None
         self.rounds = 0
+        self.x_rows, self.y_rows = RowBuffer(), RowBuffer()  # the minibatch, copied into the same memory every round
 
     def transmit(self, active, *, train):
         run, dev = self.run, self.x_train.device
@@ -99,7 +100,7 @@ class FedSGD(Algorithm):
         if not (train and int(active.sum())):
             return self._nothing()
         sketch = self.input_sketch
-        grads = user_gradients(self.run.model, gather_rows(self.x_train, idx), gather_rows(self.y_train, idx), weight,
+        grads = user_gradients(self.run.model, self.x_rows.gather(self.x_train, idx), self.y_rows.gather(self.y_train, idx), weight,
                                weight_decay=self.weight_decay, input_sketch=sketch.minibatch(idx) if sketch else None)
         return grads, float(grads.losses.mean()), float((grads.norms > self.clip).float().mean())
 

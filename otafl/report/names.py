@@ -2,8 +2,9 @@
 formats), kept apart from the drawing code so that the CLI can offer them without
 importing matplotlib."""
 
-#: ``otafl plot --kind``: accuracy vs round, epsilon vs p, accuracy vs epsilon, channel traces.
-KINDS = ("accuracy", "privacy", "tradeoff", "channel")
+#: ``otafl plot --kind``: accuracy vs round, epsilon vs p, accuracy vs epsilon, channel traces,
+#: accuracy and epsilon vs a swept key (K).
+KINDS = ("accuracy", "privacy", "tradeoff", "channel", "scaling")
 #: ``--epsilon``: the worst round's leakage or the total composed over the run.
 EPSILONS = ("round", "total")
 #: Image formats, by the output file's suffix.

@@ -15,6 +15,10 @@ Kinds (:data:`KINDS`):
   stored spec and seed: the fading stream is a pure function of them) with the mean gain
   over users, and the number of participants |K_t| per round with its mean mu_t, per
   configuration (first seed).
+- ``scaling``   final accuracy and central epsilon (total at delta_total; worst round
+  dashed, with its fitted log-log slope) against a swept numeric key (``x=``, default
+  ``data.users``), one curve per configuration of the other keys: trained runs beside
+  ``otafl scaling`` (:mod:`otafl.report.plots.versus`).
 
 ``epsilon="round"`` plots the worst round's leakage, ``"total"`` the leakage composed over
 the T rounds; the axis label says which. A second sweep axis (default: the first swept
@@ -41,12 +45,13 @@ from otafl.results import atomic_write_bytes
 from otafl.report.plots.channel import CHANNEL_WINDOW, channel_figure, regenerate_gains
 from otafl.report.plots.common import center_suptitle, split_facets
 from otafl.report.plots.kinds import ACCOUNTANT_STYLE, accuracy_figure, privacy_figure, tradeoff_figure
+from otafl.report.plots.versus import DEFAULT_X, scaling_figure, slope_text
 from otafl.report.table import accountants_of, choose_accountants, group_runs
 from otafl.report.names import EPSILONS, KINDS, SUFFIXES
 from otafl.sweep.store import ResultStore, StoredRun
 
 __all__ = ["ACCOUNTANT_STYLE", "CHANNEL_WINDOW", "EPSILONS", "KINDS", "SUFFIXES", "STYLE", "check_suffix",
-           "make_figure", "plot_results", "regenerate_gains", "save_figure"]
+           "make_figure", "plot_results", "regenerate_gains", "save_figure", "scaling_slopes"]
 
 #: Readable on a projected slide: 14-16 pt text, thick lines.
 STYLE = {
@@ -56,7 +61,7 @@ STYLE = {
 }
 
 _KIND_FUNCS = {"accuracy": accuracy_figure, "privacy": privacy_figure, "tradeoff": tradeoff_figure,
-               "channel": channel_figure}
+               "channel": channel_figure, "scaling": scaling_figure}
 
 
 def _size(kind: str, n: int) -> tuple[float, float]:
@@ -67,6 +72,8 @@ def _size(kind: str, n: int) -> tuple[float, float]:
         return (15.0 + 1.5, 1.2 + 5.2 * n)
     if kind == "channel":
         return (5.5 * n + legend + 3.0, 9.0)
+    if kind == "scaling":
+        return (17.0, 7.0)
     return (max(10.0, 5.2 * cols + legend), 1.2 + 5.0 * rows + (0.4 if n > 1 else 0.3))
 
 
@@ -85,7 +92,7 @@ def facet_key(keys: Sequence[str], facet: str | None) -> str | None:
 
 def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | None = None,
                 group_by: Sequence[str] | None = None, accountant: str | Sequence[str] | None = None,
-                facet: str | None = None, epsilon: str = "round") -> Figure:
+                facet: str | None = None, epsilon: str = "round", x: str = DEFAULT_X) -> Figure:
     """Draw one figure of ``kind`` from the ``done`` runs of ``store`` (see the module docstring).
 
     ``accountant``: names (``"exact,tight"``, a list, or ``"all"``); default: every
@@ -98,8 +105,8 @@ def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | No
         raise OtaflInputError(f"--epsilon {epsilon!r} is not one of: {', '.join(EPSILONS)}")
     runs = store.runs("done") if runs is None else list(runs)
     groups, keys = group_runs(runs, group_by)
-    fkey = facet_key(keys, facet)
-    if kind in ("privacy", "tradeoff"):
+    fkey = None if kind == "scaling" else facet_key(keys, facet)
+    if kind in ("privacy", "tradeoff", "scaling"):
         if not accountants_of(runs):
             raise OtaflInputError("the runs in this results file carry no privacy accountant results")
         accountants = choose_accountants(runs, "all" if accountant is None and kind == "privacy" else accountant)
@@ -107,7 +114,7 @@ def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | No
         accountants = []
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=_size(kind, len(split_facets(groups, fkey))), layout="constrained")
-        _KIND_FUNCS[kind](fig, store, groups, accountants=accountants, facet=fkey, epsilon=epsilon)
+        _KIND_FUNCS[kind](fig, store, groups, accountants=accountants, facet=fkey, epsilon=epsilon, x=x)
         center_suptitle(fig)
     return fig
 
@@ -132,11 +139,22 @@ def save_figure(fig: Figure, out: str | Path) -> Path:
 
 def plot_results(results: str | Path, kind: str, out: str | Path, *, group_by: Sequence[str] | None = None,
                  accountant: str | Sequence[str] | None = None, facet: str | None = None,
-                 epsilon: str = "round") -> Path:
+                 epsilon: str = "round", x: str = DEFAULT_X) -> Path:
     """Read a results file, draw ``kind`` and save it to ``out``; returns the path."""
     from otafl.sweep.store import read_store
 
     check_suffix(out)
     with read_store(results) as store:
-        fig = make_figure(store, kind, group_by=group_by, accountant=accountant, facet=facet, epsilon=epsilon)
+        fig = make_figure(store, kind, group_by=group_by, accountant=accountant, facet=facet, epsilon=epsilon, x=x)
     return save_figure(fig, out)
+
+
+def scaling_slopes(results: str | Path, *, group_by: Sequence[str] | None = None,
+                   accountant: str | Sequence[str] | None = None, x: str = DEFAULT_X) -> str:
+    """The fitted log-log slopes of the ``scaling`` figure, one line per accountant and curve."""
+    from otafl.sweep.store import read_store
+
+    with read_store(results) as store:
+        runs = store.runs("done")
+        groups, _ = group_runs(runs, group_by)
+        return slope_text(groups, x, choose_accountants(runs, accountant))
