@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from otafl.limits import memory_limit_bytes
 from otafl.privacy.accountants import PrivacyResult, account_run
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
+from otafl.privacy.analysis.pld import set_memory_budget, take_notes
 from otafl.privacy.facts import RoundFacts
 
 if TYPE_CHECKING:
@@ -35,10 +37,7 @@ def account_facts(spec: Spec, facts: list[RoundFacts], digital=None, delta_targe
     names = own + others + [a for a in extra if a not in own + others]  # the run-level composers first
     dg = spec.digital
     target = spec.privacy.delta_total if delta_target is None else delta_target  # the one delta of the totals
-    from otafl.limits import memory_limit_bytes
-    from otafl.privacy.analysis.pld import set_memory_budget, take_notes
-
-    take_notes()
+    take_notes()  # drop notes left by an earlier caller
     set_memory_budget(memory_limit_bytes())  # caps the steps accountant's PLDs (rdp beyond, noted)
     result = account_run(facts, accountants=names, delta_l=spec.privacy.delta_l,
                          delta_prime=spec.privacy.delta_prime, delta_target=target,
