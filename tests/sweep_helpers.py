@@ -19,3 +19,13 @@ def rows(db, sql):
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
+
+
+def swept_store(tmp, spec: str, *extra: str, name: str = "r.sqlite"):
+    """Write ``spec`` to ``tmp/s.toml``, sweep it in-process into ``tmp/name`` (``extra``: more
+    sweep options) and return the results file; the sweep must succeed."""
+    (tmp / "s.toml").write_text(spec)
+    db = tmp / name
+    res = invoke(str(tmp / "s.toml"), "--out", str(db), "--workers", "0", *extra)
+    assert res.exit_code == 0, res.output
+    return db

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from otafl.cli.main import cli
 from otafl.report.plots import KINDS, make_figure, regenerate_gains
 from otafl.sweep.store import read_store
+from sweep_helpers import swept_store
 
 SPEC = """
 [data]
@@ -34,13 +35,8 @@ seeds = [0, 1]
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("plot")
-    (tmp / "s.toml").write_text(SPEC)
-    db = tmp / "r.sqlite"
-    res = CliRunner().invoke(cli, ["sweep", str(tmp / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
-    assert res.exit_code == 0, res.output
-    res = CliRunner().invoke(cli, ["sweep", str(tmp / "s.toml"), "--out", str(tmp / "bounds.sqlite"),
-                                   "--workers", "0", "--quiet", "--set", "sweep.train=false"])
-    assert res.exit_code == 0, res.output
+    db = swept_store(tmp, SPEC)
+    swept_store(tmp, SPEC, "--set", "sweep.train=false", name="bounds.sqlite")  # beside it, for the bounds tests
     return db
 
 

@@ -12,6 +12,7 @@ from otafl.cli.main import cli
 from otafl.report.plots import make_figure
 from otafl.report.plots.versus import fit_slope
 from otafl.sweep.store import read_store
+from sweep_helpers import swept_store
 
 SPEC = """
 [data]
@@ -32,12 +33,7 @@ seeds = [0]
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("plot_scaling")
-    (tmp / "s.toml").write_text(SPEC)
-    db = tmp / "r.sqlite"
-    res = CliRunner().invoke(cli, ["sweep", str(tmp / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
-    assert res.exit_code == 0, res.output
-    return db
+    return swept_store(tmp_path_factory.mktemp("plot_scaling"), SPEC)
 
 
 def test_scaling_writes_a_png_and_prints_the_fitted_slope_of_the_stored_round_epsilons(results, tmp_path):
