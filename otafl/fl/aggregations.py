@@ -85,7 +85,7 @@ class OverTheAir(Aggregation):
         return ota_aggregate(grads, h, active, self.setup, generator, superposition=self.superposition)
 
     def channel_only(self, h, active):
-        return channel_only(h, active, self.setup, "ota")
+        return channel_only(h, active, self.setup)
 
     def facts(self, agg, participation, *, sensitivity, step_facts, warm=False):
         return RoundFacts(participation_prob=participation.to(torch.float64).cpu(),
@@ -101,7 +101,8 @@ class Ideal(Aggregation):
         return ideal_aggregate(grads, h, active, self.setup, generator, superposition=self.superposition)
 
     def channel_only(self, h, active):
-        return channel_only(h, active, self.setup, "ideal")
+        """Everyone sampled arrives; nothing is formed or received."""
+        return Aggregate(h.new_zeros(0), active.clone(), torch.ones_like(active), math.nan, 0.0, 0.0)
 
 
 class Digital(Aggregation):

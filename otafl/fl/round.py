@@ -180,14 +180,12 @@ AGGREGATORS = {"ota": ota_aggregate, "ideal": ideal_aggregate}
 of accepted names, are :mod:`otafl.fl.aggregations` and :mod:`otafl.fl.strategies`."""
 
 
-def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup, strategy: str) -> Aggregate:
-    """The channel facts of a round without any gradient (bounds-only runs).
+def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup) -> Aggregate:
+    """The over-the-air channel facts of a round without any gradient (bounds-only runs).
 
     Same alignment gain, eligibility and effective noise as :func:`ota_aggregate` would
     produce; no signal is formed, so ``aligned_sum`` is empty and the power ratio 0.
     """
-    if strategy == "ideal":
-        return Aggregate(h.new_zeros(0), active.clone(), torch.ones_like(active), math.nan, 0.0, 0.0)
     state = _channel_state(h, active, setup)
     extras = {"channel_uses": float(setup.dim), "energy": math.nan,
               "outages": int((active & ~state.eligible).sum())}
