@@ -248,10 +248,16 @@ def stage_run_dir(out_dir: str | Path) -> Path:
         pid = old.name[len(prefix):]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    stage = out.parent / f"{prefix}{os.getpid()}"
+    stage = stage_path(out)
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     return stage
+
+
+def stage_path(out_dir: str | Path) -> Path:
+    """Where this process stages ``out_dir`` (:func:`stage_run_dir`): ``.NAME.partial-PID`` beside it."""
+    out = Path(out_dir)
+    return out.parent / f".{out.name}{STAGE_MARK}{os.getpid()}"
 
 
 def glob_escape(text: str) -> str:

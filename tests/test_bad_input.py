@@ -415,7 +415,7 @@ def test_a_digital_run_whose_every_round_overflows_exits_1_with_one_line(tmp_pat
     assert len(lines) == 1 and "overflowed 2^digital.bits in all 2 rounds" in lines[0], res.stderr
 
 
-def test_a_terminated_or_killed_run_leaves_no_output_folder(tmp_path):
+def test_a_terminated_or_killed_run_leaves_no_output_folder_nor_its_stage(tmp_path):
     import signal
     import subprocess
     import sys
@@ -438,8 +438,16 @@ def test_a_terminated_or_killed_run_leaves_no_output_folder(tmp_path):
         if sig == signal.SIGTERM:
             assert proc.returncode == 143 and err.strip().splitlines() == [
                 "error: terminated by SIGTERM; no results written to r"], err
-            assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
-    # after kill -9 only the hidden stage is left; the next run into the same folder removes it
+        deadline = time.monotonic() + 10  # after kill -9 the guard process removes the stage
+        while sorted(p.name for p in tmp_path.iterdir()) != ["spec.toml"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"], sig
+
+
+def test_a_stage_left_by_a_dead_run_is_removed_by_the_next_run_into_that_folder(tmp_path):
+    stale = tmp_path / ".r.partial-999999999"  # no such pid: its guard was killed too
+    stale.mkdir()
+    (stale / "summary.json").write_text("{}")
     (tmp_path / "spec.toml").write_text(SPEC)
     res = CliRunner().invoke(cli, ["run", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "r"), "--quiet"])
     assert res.exit_code == 0, res.output

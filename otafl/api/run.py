@@ -18,20 +18,29 @@ def run_to_folder(spec: Spec, out_dir: str | Path, *, overwrite: bool = False, d
     existing run is refused unless ``overwrite``); the files are written all or nothing when
     the run finishes, and a failed or interrupted run removes any folder it created. A new
     folder is written as a hidden sibling ``.NAME.partial-PID`` and renamed into place at the
-    end, so even ``kill -9`` leaves no partial ``out_dir`` (only that stage, removed by the
-    next run into the same folder).
+    end, so no partial ``out_dir`` ever appears; if this process is killed outright (``kill
+    -9``), a guard process (:class:`otafl.reaper.Reaper`) removes the stage and the parent
+    folders this run created (should the guard be killed too, the next run into the same
+    folder removes a dead process's stage).
     Returns the :class:`~otafl.fl.loop.RunResult`.
     """
     import shutil
 
     from otafl.fl.loop import run_experiment
-    from otafl.results import discard_run_dir, prepare_run_dir, publish_run_dir, stage_run_dir, write_run
+    from otafl.reaper import Reaper
+    from otafl.results import (discard_run_dir, prepare_run_dir, publish_run_dir, stage_path, stage_run_dir,
+                               write_run)
 
     created = prepare_run_dir(str(out_dir), overwrite=overwrite)  # refused here, before any training
     stage = None
+    guard = None
     try:
         if created and created[-1] == Path(out_dir):  # a new folder: written beside it, renamed at the end
             created.pop().rmdir()
+            guard = Reaper()  # cleans up after a kill -9
+            for folder in created:
+                guard.remove_if_empty(folder)
+            guard.remove(stage_path(out_dir))  # before it exists: no window without the guard
             stage = stage_run_dir(out_dir)
         result = run_experiment(spec, device=device, on_round=on_round)
         try:
@@ -45,4 +54,7 @@ def run_to_folder(spec: Spec, out_dir: str | Path, *, overwrite: bool = False, d
             shutil.rmtree(stage, ignore_errors=True)
         discard_run_dir(created)  # a failed or interrupted run leaves no folder of ours behind
         raise
+    finally:
+        if guard is not None:
+            guard.close()  # published or cleaned up here: the guard exits doing nothing
     return result

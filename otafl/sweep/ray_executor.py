@@ -22,9 +22,10 @@ Failure behaviour (as the process pool):
   starts a local instance owned by the driver: Ray starts its processes fate-shared with
   the driver (on Linux the kernel kills them when it dies), and :func:`ray.shutdown` ends
   them when the sweep ends, so nothing outlives a finished, interrupted or killed sweep.
-  (After a ``kill -9`` of the driver, Ray's two agent processes may linger up to a
-  minute: they try to report the raylet's death to the already-dead GCS, with a 60 s
-  timeout fixed in Ray. They hold no CPU and none of the driver's pipes.) With
+  Ray's two agent processes (dashboard and runtime-env agents) are not fate-shared: after
+  a ``kill -9`` of the driver they would wait out a 60 s timeout fixed in Ray, so a guard
+  process (:class:`otafl.reaper.Reaper`) records the driver's descendants while it runs
+  and ends those still alive when it dies (within about a second). With
   ``address`` the cluster is not ours: the outstanding tasks are cancelled best-effort
   (in a ``finally`` block and at exit) and the driver disconnects; Ray itself ends a dead
   driver's tasks. A Ray instance already initialised in this process (a notebook) is
@@ -42,6 +43,7 @@ from typing import Any, Callable
 
 from otafl.errors import OtaflInputError
 from otafl.limits import MEMORY_ENV
+from otafl.reaper import Reaper
 from otafl.sweep.worker import SweepAborted, _init_worker, _one_line, _sigint_deferred, run_point
 from otafl.sweep.grid import GridPoint
 from otafl.sweep.store import ResultStore
@@ -137,8 +139,12 @@ def run_on_ray(store: ResultStore, todo: list[GridPoint], finish: Callable[[Grid
     in_flight: dict[Any, tuple[GridPoint, int]] = {}  # ObjectRef -> (point, run id)
     cancel_at_exit = None
     graceful = False
+    guard = None
     try:
         if owned:
+            if address is None:  # our own instance: its processes must not outlive a killed driver
+                guard = Reaper()
+                guard.tree()
             _connect(ray, address, workers)
         cap = workers if workers else max(1, int(ray.cluster_resources().get("CPU", 1)))
         task = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
@@ -180,5 +186,7 @@ def run_on_ray(store: ResultStore, todo: list[GridPoint], finish: Callable[[Grid
             if owned:
                 with contextlib.suppress(Exception):
                     ray.shutdown()  # a local instance ends here; a cluster is only disconnected from
+            if guard is not None:
+                guard.close()
         if interrupted and graceful:
             raise KeyboardInterrupt
