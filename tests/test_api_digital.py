@@ -41,6 +41,11 @@ def test_communication_curves_cover_every_discrete_mechanism():
     assert by[("ddg", 1.0)]["epsilon_central_total"] < by[("ddg", 0.1)]["epsilon_central_total"]
 
 
+def test_every_communication_curve_point_states_the_delta_of_its_epsilon():
+    curves = communication_curves(users=20, dim=64, p=0.5, rounds=3, sigma2=(0.1,), delta_total=1e-6)
+    assert {r["delta_total"] for r in curves["rows"]} == {1e-6}
+
+
 def _store(path):
     raw = {"data": {"name": "synthetic", "users": 10}, "train": {"rounds": 5},
            "privacy": {"accountants": ["tight"]},

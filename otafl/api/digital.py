@@ -130,14 +130,16 @@ def communication_curves(*, users: int, dim: int, p: float, rounds: int, delta_l
     For every sigma^2 of the grid and mechanism (:data:`DISCRETE_MECHANISMS`: skellam, ddg, pbm):
     :func:`minimal_bits` and the
     composed central epsilon of ``rounds`` rounds at those bits (:func:`digital_privacy`).
-    Returns ``{"rows": [{mechanism, sigma2, bits, epsilon_central_total}], "meta": {...}}``.
+    Returns ``{"rows": [{mechanism, sigma2, bits, epsilon_central_total, delta_total}], "meta": {...}}``
+    (``delta_total``: the delta of that epsilon).
     """
     rows = []
     for mech in DISCRETE_MECHANISMS:
         for s2 in sigma2:
             bits = minimal_bits(mech, sigma2=s2, users=users, dim=dim, clip=clip)
-            eps = digital_privacy(mech, sigma2=s2, users=users, dim=dim, p=p, rounds=rounds, bits=bits, clip=clip,
-                                  delta_l=delta_l, delta_total=delta_total)["epsilon_central_total"]
-            rows.append({"mechanism": mech, "sigma2": float(s2), "bits": int(bits), "epsilon_central_total": eps})
+            res = digital_privacy(mech, sigma2=s2, users=users, dim=dim, p=p, rounds=rounds, bits=bits, clip=clip,
+                                  delta_l=delta_l, delta_total=delta_total)
+            rows.append({"mechanism": mech, "sigma2": float(s2), "bits": int(bits),
+                         "epsilon_central_total": res["epsilon_central_total"], "delta_total": res["delta_total"]})
     return {"rows": rows, "meta": {"users": users, "dim": dim, "p": p, "rounds": rounds, "delta_l": delta_l,
                                    "delta_total": delta_total, "clip": clip}}

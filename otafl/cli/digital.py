@@ -17,6 +17,7 @@ def plot_digital(results, out, no_curves):
     from otafl.api.digital import communication_curves
     from otafl.errors import OtaflInputError
     from otafl.report.digital_figure import plot_digital as draw
+    from otafl.report.text import fmt_sig
     from otafl.sweep.store import read_store
 
     with read_store(results) as store:
@@ -37,7 +38,7 @@ def plot_digital(results, out, no_curves):
                                       delta_total=float(total) if total is not None else None,
                                       clip=float(r.params["transmit"]["clip"]))
         for row in curves["rows"]:
-            click.echo(f"{row['mechanism']:8s} sigma2 {row['sigma2']:<7g} bits {row['bits']:3d}  "
-                       f"central eps over the run {row['epsilon_central_total']:.4g}")
+            click.echo(f"{row['mechanism']:8s} sigma2 {row['sigma2']:<7g} bits {row['bits']:3d}  central eps over the "
+                       f"run {fmt_sig(row['epsilon_central_total'])} at delta {fmt_sig(row['delta_total'])}")
     path = draw(runs, curves, out)
     click.echo(f"digital figure -> {path}")
