@@ -89,6 +89,20 @@ def test_identical_curves_are_merged_into_one_entry(two_axes):
     assert {"tight, uniform p", "exact, uniform p"} <= {ln.get_label() for ln in central.get_lines()}
 
 
+def test_the_tradeoff_axis_states_the_per_round_delta_of_its_accountant(tmp_path):
+    def with_deltas(spec, accs):
+        out = default_summary(spec, accs)
+        out.update({"paper_delta_central": 6.67e-06, "tight_delta_central": 6.67e-06, "exact_delta_central": 1e-05})
+        return out
+
+    db = fake_store(tmp_path / "r.sqlite", {"sampling.p": [0.2, 0.8]}, seeds=(0,),
+                    accountants=("paper", "tight", "exact"), summary=with_deltas)
+    assert xlabel(figure(db, "tradeoff")).endswith("per round (worst round; exact) at δ = 1e-05")
+    assert xlabel(figure(db, "tradeoff", accountant="tight")).endswith("(worst round; tight) at δ = 6.67e-06")
+    assert "per round (worst round; paper, tight) at δ = 6.67e-06" in xlabel(
+        figure(db, "tradeoff", accountant="paper,tight"))
+
+
 def _inside(inner, outer, tol=1.0):
     return (inner.x0 >= outer.x0 - tol and inner.y0 >= outer.y0 - tol
             and inner.x1 <= outer.x1 + tol and inner.y1 <= outer.y1 + tol)

@@ -48,15 +48,17 @@ def epsilon_label(side: str, epsilon: str, groups: Sequence[RunGroup], accountan
     naming the accountant(s) when given."""
     who = "central ε" if side == "central" else "local ε (worst user)"
     acc = f"; {', '.join(accountants)}" if accountants else ""
-    if epsilon == "round":
-        return f"{who} per round (worst round{acc})"
+    if epsilon == "round":  # with accountants (tradeoff: no legend names them) the per-round delta too
+        return f"{who} per round (worst round{acc})" + (_delta_of(groups, side, accountants, total=False)
+                                                         if accountants else "")
     return f"{who} total over T = {rounds_of(groups)} rounds" + (f" ({acc[2:]})" if acc else "") + \
         _delta_of(groups, side, accountants)
 
 
-def _delta_of(groups: Sequence[RunGroup], side: str, accountants: Sequence[str] = ()) -> str:
-    """`` at δ = 1e-05`` when every plotted total is stated at one delta; the range where not."""
-    suffix = f"delta_{side}_total"
+def _delta_of(groups: Sequence[RunGroup], side: str, accountants: Sequence[str] = (), total: bool = True) -> str:
+    """`` at δ = 1e-05`` when every plotted total (``total``; else per-round epsilon) is stated
+    at one delta; the range where not."""
+    suffix = f"delta_{side}_total" if total else f"delta_{side}"
     ds = {float(v) for g in groups for r in g.runs for k, v in r.summary.items()
           if k.endswith(suffix) and (not accountants or k[:-len(suffix) - 1] in accountants)
           and isinstance(v, (int, float)) and finite(v)}
