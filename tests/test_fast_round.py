@@ -124,8 +124,8 @@ def test_layer_choice_follows_the_cost_comparison():
     assert layer_method(32, 784, 10, sketch_rank=20, ghost=True) == "gram"
     model, x, y, weight = _problem("two-layer")
     fast = ghost_gradients(model, x, y, weight)
-    expected = [layer_method(BATCH, FEATURES, HIDDEN) == "gram", layer_method(BATCH, HIDDEN, CLASSES) == "gram"]
-    assert [t.weight_grads is None for t in fast.terms] == expected
+    expected = [layer_method(BATCH, FEATURES, HIDDEN), layer_method(BATCH, HIDDEN, CLASSES)]
+    assert [t.method for t in fast.terms] == expected
 
 
 @pytest.mark.parametrize("samples,batch", [(90, 9), (300, 9)])  # D_k = 7-8 < b (padding); D_k = 25 > b
@@ -196,6 +196,39 @@ def test_layers_without_bias_and_other_activations_take_the_fast_path():
         coef = torch.rand(USERS, generator=gen, dtype=torch.float64)
         assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
         assert _rel(fast.materialise(), ref_grads) <= 1e-9
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "blocks"])
+@pytest.mark.parametrize("users,batch,hidden,bias", [(21, 6, None, True), (19, 3, 7, True), (9, 5, 12, False),
+                                                     (40, 1, None, False)])
+def test_materialised_norms_kept_or_taken_block_by_block_give_the_vmap_norms_and_clipped_sum(
+        monkeypatch, users, batch, hidden, bias, kept):
+    # not kept: blocks of 8 users (the smallest block), so that there are several and the last
+    # one is partial, and the clipped sum book-kept
+    import otafl.fl.grads as grads_module
+
+    if not kept:
+        monkeypatch.setattr(grads_module, "KEEP_FLOATS", 0)
+        monkeypatch.setattr(grads_module, "BLOCK_FLOATS", 1)
+    gen = torch.Generator().manual_seed(users)
+    torch.manual_seed(users)  # nn.Linear's default init (test-only models)
+    layers = [nn.Linear(FEATURES, CLASSES, bias=bias)] if hidden is None else \
+        [nn.Linear(FEATURES, hidden, bias=bias), nn.ReLU(), nn.Linear(hidden, CLASSES, bias=bias)]
+    model = nn.Sequential(*layers).double()
+    x = torch.rand(users, batch, FEATURES, generator=gen, dtype=torch.float64) * (1 + torch.arange(users)[:, None, None] % 3)
+    y = torch.randint(0, CLASSES, (users, batch), generator=gen)
+    weight = torch.full((users, batch), 1.0 / batch, dtype=torch.float64)
+    ref, _ = per_user_gradients(model, x, y, weight)
+    ref_norms = torch.linalg.vector_norm(ref, dim=1)
+    fast = ghost_gradients(model, x, y, weight, ghost=False)  # every layer materialised
+    assert [t.method for t in fast.terms] == ["materialise"] * (1 if hidden is None else 2)
+    assert all((t.weight_grads is not None) == kept for t in fast.terms)
+    assert torch.allclose(fast.norms, ref_norms, rtol=1e-9, atol=0)
+    clip = float(ref_norms.median())
+    factor = torch.clamp(clip / ref_norms, max=1.0)
+    assert _rel(fast.weighted_sum(factor), factor @ ref) <= 1e-9
+    rows = torch.tensor([users - 1, 0, users // 2])
+    assert _rel(fast.materialise_rows(rows, factor[rows]), ref[rows] * factor[rows, None]) <= 1e-9
 
 
 def test_unsupported_models_fall_back_to_vmap():

@@ -36,7 +36,9 @@ differentially private learners", ghost clipping):
 while g_beta (F_out numbers per user) is always formed.
 
 That costs b^2 (F_in + F_out) per user, against b F_in F_out for materialising G; each
-layer takes the cheaper (:func:`layer_method`). The per-sample output
+layer takes the cheaper (:func:`layer_method`). Materialised G_k are kept for the sum while
+they are few (:data:`KEEP_FLOATS`); beyond that each is only reduced to its norm, a
+cache-sized block of users at a time. The per-sample output
 gradients delta_j scale linearly with the sample's loss weight (samples do not interact in
 these models), so the weighted sum over users is one matrix product per layer,
 
@@ -71,19 +73,8 @@ from torch.nn import functional as F
 
 from otafl.errors import OtaflInputError
 
-__all__ = [
-    "ELEMENTWISE",
-    "GhostGradients",
-    "StackedGradients",
-    "UserGradients",
-    "flatten",
-    "ghost_gradients",
-    "layer_method",
-    "param_dict",
-    "per_user_gradients",
-    "supports_ghost",
-    "user_gradients",
-]
+__all__ = ["ELEMENTWISE", "GhostGradients", "StackedGradients", "UserGradients", "flatten", "ghost_gradients",
+           "layer_method", "param_dict", "per_user_gradients", "supports_ghost", "user_gradients"]
 
 #: Parameter-free, per-sample, element-wise modules the ghost path can pass through.
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.ELU, nn.SiLU,
@@ -206,21 +197,22 @@ class StackedGradients(UserGradients):
         return self.grads
 
 
-
 @dataclass
 class _LinearTerm:
     """One linear layer's per-user factors.
 
     inputs : [n, b, F_in] a_kj;  deltas : [n, b, F_out] delta_kj (loss-weighted);
-    weight_grads : [n, F_out, F_in] G_k when materialised, None when ghost;
-    bias_grads : [n, F_out] g_beta_k (always materialised: F_out numbers per user), None
-    without a bias.
+    weight_grads : [n, F_out, F_in] G_k when materialised and kept (at most
+    :data:`KEEP_FLOATS` numbers), else None;  bias_grads : [n, F_out] g_beta_k (always
+    materialised: F_out numbers per user), None without a bias;  method : how the norms were
+    taken (:func:`layer_method`).
     """
 
     inputs: Tensor
     deltas: Tensor
     weight_grads: Tensor | None
     bias_grads: Tensor | None
+    method: str
 
     def per_user(self) -> list[Tensor]:
         """[G_k flattened [n, F_out F_in], g_beta_k [n, F_out] (with a bias)]."""
@@ -361,6 +353,35 @@ def _sqrt(x: Tensor) -> Tensor:
     return torch.rsqrt(x).reciprocal_()
 
 
+#: Most numbers of materialised layer gradients [n, F_out, F_in] kept for the weighted sum
+#: (2^22: 16 MiB in float32, a single-layer MNIST model up to 535 users; coef @ G is then the
+#: cheaper sum). Beyond it (~150 MiB a round at K = 10^4, whose first-touch page faults cost
+#: more than the product) the norms are taken block by block and the sum is book-kept.
+KEEP_FLOATS = 2**22
+
+#: Floats of one block of materialised layer gradients G_k in :func:`_materialised_squares`
+#: (2^18: 1 MiB in float32, about one core's L2 cache here).
+BLOCK_FLOATS = 2**18
+
+
+def _materialised_squares(delta: Tensor, a: Tensor) -> Tensor:
+    """||G_k||_F^2 with G_k = sum_j delta_kj a_kj^T, for delta [n, b, F_out], a [n, b, F_in] -> [n].
+
+    The G_k of a block of users are formed in one reused buffer of about
+    :data:`BLOCK_FLOATS` floats and reduced at once, so that no [n, F_out, F_in] tensor is
+    allocated and each block is still in cache when it is reduced.
+    """
+    n, _, f_out = delta.shape
+    f_in = a.shape[-1]
+    per_block = min(n, max(8, BLOCK_FLOATS // (f_out * f_in)))
+    out, buf = delta.new_empty(n), delta.new_empty(per_block, f_out, f_in)
+    for start in range(0, n, per_block):
+        stop = min(n, start + per_block)
+        gw = torch.bmm(delta[start:stop].transpose(1, 2), a[start:stop], out=buf[: stop - start]).flatten(1)
+        torch.linalg.vecdot(gw, gw, out=out[start:stop])
+    return out
+
+
 def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                     weight_decay: float = 0.0, ghost: bool | None = None,
                     input_sketch: Tensor | None = None) -> GhostGradients:
@@ -437,13 +458,15 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                 gram_a = torch.bmm(a, a.transpose(1, 2))  # [n, b, b]
                 gram_delta = torch.bmm(delta, delta.transpose(1, 2))
                 squares.append(torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1)))
-            else:
+            elif n * f_out * f_in <= KEEP_FLOATS:  # materialised, kept for the weighted sum
                 gw = torch.bmm(delta.transpose(1, 2), a)  # [n, F_out, F_in]
                 squares.append(torch.linalg.vecdot(gw.flatten(1), gw.flatten(1)))
+            else:  # materialised a cache-sized block of users at a time, reduced to norms only
+                squares.append(_materialised_squares(delta, a))
             if has_bias:
                 gb = delta.sum(dim=1)  # [n, F_out]
                 squares.append(torch.linalg.vecdot(gb, gb))
-        terms.append(_LinearTerm(a, delta, gw, gb))
+        terms.append(_LinearTerm(a, delta, gw, gb, method))
         dim += f_in * f_out + (f_out if has_bias else 0)
         if weight_decay:
             cross.append((delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2)))
