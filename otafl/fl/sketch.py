@@ -10,7 +10,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from otafl.data import gather_rows
+from otafl.data import RowBuffer, gather_rows
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import layer_method
 
@@ -104,11 +104,12 @@ class InputSketch:
         return isinstance(layer, nn.Linear) and layer_method(
             batch, layer.in_features, layer.out_features, sketch_rank=self.rank) == "sketch"
 
-    def minibatch(self, idx: Tensor) -> Tensor:
+    def minibatch(self, idx: Tensor, buffer: RowBuffer | None = None) -> Tensor:
         """The sketched features [n, b, r + 1] of minibatches ``idx`` [n, b] (row k: samples of one
-        user, as :func:`otafl.data.sample_minibatches` draws them)."""
+        user, as :func:`otafl.data.sample_minibatches` draws them); gathered into ``buffer``'s
+        memory when given (then valid until its next use), else into a new tensor."""
         owner = gather_rows(self.user_of, idx)
         if not torch.equal(owner, owner[:, :1].expand_as(owner)):
             raise OtaflInputError("InputSketch.minibatch: every row of idx must hold samples of one user "
                                   "of the split the sketch was built from")
-        return gather_rows(self.features, idx)
+        return gather_rows(self.features, idx) if buffer is None else buffer.gather(self.features, idx)
