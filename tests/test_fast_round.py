@@ -31,7 +31,7 @@ from otafl.fl.grads import (
 )
 from otafl.fl.round import ChannelSetup, ideal_aggregate, ota_aggregate
 from otafl.models import make_model
-from otafl.transmit import effective_noise_var, max_power
+from otafl.transmit import clip_factors, effective_noise_var, max_power
 
 _BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_round.py"
 _spec = importlib.util.spec_from_file_location("bench_round", _BENCH)
@@ -205,11 +205,11 @@ def test_materialised_norms_kept_or_taken_block_by_block_give_the_vmap_norms_and
         monkeypatch, users, batch, hidden, bias, kept):
     # not kept: blocks of 8 users (the smallest block), so that there are several and the last
     # one is partial, and the clipped sum book-kept
-    import otafl.fl.grads as grads_module
+    from otafl.fl import blocks
 
     if not kept:
-        monkeypatch.setattr(grads_module, "KEEP_FLOATS", 0)
-        monkeypatch.setattr(grads_module, "BLOCK_FLOATS", 1)
+        monkeypatch.setattr(blocks, "KEEP_FLOATS", 0)
+        monkeypatch.setattr(blocks, "BLOCK_FLOATS", 1)
     gen = torch.Generator().manual_seed(users)
     torch.manual_seed(users)  # nn.Linear's default init (test-only models)
     layers = [nn.Linear(FEATURES, CLASSES, bias=bias)] if hidden is None else \
@@ -229,6 +229,35 @@ def test_materialised_norms_kept_or_taken_block_by_block_give_the_vmap_norms_and
     assert _rel(fast.weighted_sum(factor), factor @ ref) <= 1e-9
     rows = torch.tensor([users - 1, 0, users // 2])
     assert _rel(fast.materialise_rows(rows, factor[rows]), ref[rows] * factor[rows, None]) <= 1e-9
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+@pytest.mark.parametrize("name,ghost,fused", [("single-layer", False, True), ("two-layer", None, True),
+                                              ("two-layer", False, False)])
+def test_clipped_sum_accumulated_block_by_block_equals_the_per_user_reference(monkeypatch, name, ghost, fused,
+                                                                              weight_decay):
+    # every materialised layer taken block by block; the clipped sum is accumulated in the same
+    # pass when exactly one layer is (else book-kept), and any other coefficients are book-kept
+    from otafl.fl import blocks
+
+    monkeypatch.setattr(blocks, "KEEP_FLOATS", 0)
+    monkeypatch.setattr(blocks, "BLOCK_FLOATS", 1)
+    model, x, y, weight = _problem(name, seed=6)
+    ref_grads, _ = per_user_loop_gradients(model, x, y, weight, weight_decay=weight_decay)
+    ref_norms = torch.linalg.vector_norm(ref_grads, dim=1)
+    clip = float(ref_norms.median())
+    factor = torch.clamp(clip / ref_norms, max=1.0)
+    fast = user_gradients(model, x, y, weight, weight_decay=weight_decay, clip=clip) if ghost is None else \
+        ghost_gradients(model, x, y, weight, weight_decay=weight_decay, ghost=ghost, clip=clip)
+    assert sum(t.clipped is not None for t in fast.terms) == (1 if fused else 0)
+    for t in fast.terms:  # the factors the aggregation computes, so that it takes the accumulated sum
+        assert t.clipped is None or torch.equal(t.clipped[0], clip_factors(fast.norms, clip))
+    assert torch.allclose(fast.norms, ref_norms, rtol=1e-9, atol=0)
+    agg = ideal_aggregate(fast, torch.ones(USERS, dtype=torch.float64), torch.ones(USERS, dtype=torch.bool),
+                          _setup(fast.dim, clip), None)
+    assert _rel(agg.aligned_sum, factor @ ref_grads) <= 1e-9
+    coef = torch.rand(USERS, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
 
 
 def test_unsupported_models_fall_back_to_vmap():

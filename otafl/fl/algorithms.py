@@ -102,7 +102,7 @@ class FedSGD(Algorithm):
             return self._nothing()
         sketch = self.input_sketch
         grads = user_gradients(self.run.model, self.x_rows.gather(self.x_train, idx), self.y_rows.gather(self.y_train, idx), weight,
-                               weight_decay=self.weight_decay,
+                               weight_decay=self.weight_decay, clip=self.clip,
                                input_sketch=sketch.minibatch(idx, self.sketch_rows) if sketch else None)
         return grads, float(grads.losses.mean()), float((grads.norms > self.clip).float().mean())
 
