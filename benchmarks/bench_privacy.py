@@ -51,23 +51,24 @@ def _peak_mib() -> float:
 
 
 def run_facts(spec_path: str, rounds: int, overrides: list[str]) -> list:
-    """The RoundFacts of a bounds-only run (captured where the loop calls account_run)."""
+    """The RoundFacts of a bounds-only run (captured where the loop's account_facts calls account_run)."""
+    import otafl.fl.accounting as accounting
     import otafl.fl.loop as loop
     from otafl.config import load_spec
 
     captured: dict = {}
-    original = loop.account_run
+    original = accounting.account_run
 
     def capture(facts, **kwargs):
         captured["facts"] = list(facts)
         return original(facts, **kwargs)
 
     spec = load_spec(spec_path, ["privacy.accountants=[]", f"train.rounds={rounds}", *overrides])
-    loop.account_run = capture
+    accounting.account_run = capture
     try:
         loop.run_experiment(spec, train=False)
     finally:
-        loop.account_run = original
+        accounting.account_run = original
     return captured["facts"]
 
 

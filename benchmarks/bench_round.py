@@ -41,6 +41,11 @@ server step) against a per-user loop (:func:`otafl.fl.local.local_updates_loop`:
 steps with ``torch.func.vmap(grad)`` over its own minibatch, then the same round), on the same
 Poisson masks and noise (drawn before timing): ``speedup_vs_loop_local_steps``.
 
+Large K (``--large-k``, default 200,1000,10000; '' skips it): the training round against its
+floor at K users on a 330,000-image MNIST-format set, one thread (``bench_round_large_k.py``,
+whose docstring says what is timed): ``overhead_vs_floor_k{K}``, ``overhead_nosketch_vs_floor_k{K}``
+and the raw medians, ``large_k_load_s``.
+
     python benchmarks/bench_round.py                # table
     python benchmarks/bench_round.py --json         # JSON (keys documented in README)
 """
@@ -346,6 +351,13 @@ def main(argv: list[str] | None = None) -> dict:
                         help="rounds of the peak-RSS training run (0: skip) [20]")
     parser.add_argument("--local-steps", type=int, default=5, help="S of the local-steps round [5]")
     parser.add_argument("--local-repeats", type=int, default=3, help="repeats of the local-steps round [3]")
+    parser.add_argument("--large-k", default="200,1000,10000",
+                        help="K of the large-K rounds (bench_round_large_k.py, one thread), comma list ('' for "
+                             "none) [200,1000,10000]")
+    parser.add_argument("--large-k-repeats", type=int, default=7, help="repeats of each large-K round [7]")
+    parser.add_argument("--large-k-data-dir", type=Path, default=None,
+                        help="folder of the 330,000-image MNIST-format set (written there if missing) "
+                             "[a temporary folder]")
     parser.add_argument("--digital-models", default="single",
                         help="models that also time the digital rounds, comma list of single,two ('' for none) [single]")
     args = parser.parse_args(argv)
@@ -375,6 +387,13 @@ def main(argv: list[str] | None = None) -> dict:
     out["median_s_local_steps_single"] = local["local_steps"]
     out["median_s_local_steps_loop_single"] = local["local_steps_loop"]
     out["speedup_vs_loop_local_steps"] = local["local_steps_loop"] / local["local_steps"]
+    large_ks = [int(k) for k in args.large_k.split(",") if k.strip()]
+    if large_ks:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_round_large_k
+
+        out.update({f"large_k_{key}" if key == "load_s" else key: v for key, v in
+                    bench_round_large_k.large_k(large_ks, args.large_k_repeats, args.large_k_data_dir).items()})
 
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -398,6 +417,11 @@ def main(argv: list[str] | None = None) -> dict:
             if ratios:
                 print(f"{key}: digital round / over-the-air round: "
                       + ", ".join(f"{m} {r:.2f}" for m, r in ratios.items()))
+        for k in large_ks:
+            print(f"K = {k} (MNIST-format N = 330,000, p = 0.5, b = 16, one thread): round / floor "
+                  f"{out[f'overhead_vs_floor_k{k}']:.2f} (round {1e3 * out[f'median_s_round_k{k}']:.1f} ms, floor "
+                  f"{1e3 * out[f'median_s_floor_k{k}']:.1f} ms); without the input sketch "
+                  f"{out[f'overhead_nosketch_vs_floor_k{k}']:.2f}")
         if "peak_rss_mib" in out:
             print(f"peak RSS of a {args.rss_rounds}-round two-layer paper-preset run: "
                   f"{out['peak_rss_mib']:.0f} MiB")

@@ -31,7 +31,7 @@ from otafl.fl.grads import (
 )
 from otafl.fl.round import ChannelSetup, ideal_aggregate, ota_aggregate
 from otafl.models import make_model
-from otafl.transmit import effective_noise_var, max_power
+from otafl.transmit import clip_factors, effective_noise_var, max_power
 
 _BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_round.py"
 _spec = importlib.util.spec_from_file_location("bench_round", _BENCH)
@@ -124,8 +124,8 @@ def test_layer_choice_follows_the_cost_comparison():
     assert layer_method(32, 784, 10, sketch_rank=20, ghost=True) == "gram"
     model, x, y, weight = _problem("two-layer")
     fast = ghost_gradients(model, x, y, weight)
-    expected = [layer_method(BATCH, FEATURES, HIDDEN) == "gram", layer_method(BATCH, HIDDEN, CLASSES) == "gram"]
-    assert [t.weight_grads is None for t in fast.terms] == expected
+    expected = [layer_method(BATCH, FEATURES, HIDDEN), layer_method(BATCH, HIDDEN, CLASSES)]
+    assert [t.method for t in fast.terms] == expected
 
 
 @pytest.mark.parametrize("samples,batch", [(90, 9), (300, 9)])  # D_k = 7-8 < b (padding); D_k = 25 > b
@@ -196,6 +196,68 @@ def test_layers_without_bias_and_other_activations_take_the_fast_path():
         coef = torch.rand(USERS, generator=gen, dtype=torch.float64)
         assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
         assert _rel(fast.materialise(), ref_grads) <= 1e-9
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "blocks"])
+@pytest.mark.parametrize("users,batch,hidden,bias", [(21, 6, None, True), (19, 3, 7, True), (9, 5, 12, False),
+                                                     (40, 1, None, False)])
+def test_materialised_norms_kept_or_taken_block_by_block_give_the_vmap_norms_and_clipped_sum(
+        monkeypatch, users, batch, hidden, bias, kept):
+    # not kept: blocks of 8 users (the smallest block), so that there are several and the last
+    # one is partial, and the clipped sum book-kept
+    from otafl.fl import blocks
+
+    if not kept:
+        monkeypatch.setattr(blocks, "KEEP_FLOATS", 0)
+        monkeypatch.setattr(blocks, "BLOCK_FLOATS", 1)
+    gen = torch.Generator().manual_seed(users)
+    torch.manual_seed(users)  # nn.Linear's default init (test-only models)
+    layers = [nn.Linear(FEATURES, CLASSES, bias=bias)] if hidden is None else \
+        [nn.Linear(FEATURES, hidden, bias=bias), nn.ReLU(), nn.Linear(hidden, CLASSES, bias=bias)]
+    model = nn.Sequential(*layers).double()
+    x = torch.rand(users, batch, FEATURES, generator=gen, dtype=torch.float64) * (1 + torch.arange(users)[:, None, None] % 3)
+    y = torch.randint(0, CLASSES, (users, batch), generator=gen)
+    weight = torch.full((users, batch), 1.0 / batch, dtype=torch.float64)
+    ref, _ = per_user_gradients(model, x, y, weight)
+    ref_norms = torch.linalg.vector_norm(ref, dim=1)
+    fast = ghost_gradients(model, x, y, weight, ghost=False)  # every layer materialised
+    assert [t.method for t in fast.terms] == ["materialise"] * (1 if hidden is None else 2)
+    assert all((t.weight_grads is not None) == kept for t in fast.terms)
+    assert torch.allclose(fast.norms, ref_norms, rtol=1e-9, atol=0)
+    clip = float(ref_norms.median())
+    factor = torch.clamp(clip / ref_norms, max=1.0)
+    assert _rel(fast.weighted_sum(factor), factor @ ref) <= 1e-9
+    rows = torch.tensor([users - 1, 0, users // 2])
+    assert _rel(fast.materialise_rows(rows, factor[rows]), ref[rows] * factor[rows, None]) <= 1e-9
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+@pytest.mark.parametrize("name,ghost,fused", [("single-layer", False, True), ("two-layer", None, True),
+                                              ("two-layer", False, False)])
+def test_clipped_sum_accumulated_block_by_block_equals_the_per_user_reference(monkeypatch, name, ghost, fused,
+                                                                              weight_decay):
+    # every materialised layer taken block by block; the clipped sum is accumulated in the same
+    # pass when exactly one layer is (else book-kept), and any other coefficients are book-kept
+    from otafl.fl import blocks
+
+    monkeypatch.setattr(blocks, "KEEP_FLOATS", 0)
+    monkeypatch.setattr(blocks, "BLOCK_FLOATS", 1)
+    model, x, y, weight = _problem(name, seed=6)
+    ref_grads, _ = per_user_loop_gradients(model, x, y, weight, weight_decay=weight_decay)
+    ref_norms = torch.linalg.vector_norm(ref_grads, dim=1)
+    clip = float(ref_norms.median())
+    factor = torch.clamp(clip / ref_norms, max=1.0)
+    fast = user_gradients(model, x, y, weight, weight_decay=weight_decay, clip=clip) if ghost is None else \
+        ghost_gradients(model, x, y, weight, weight_decay=weight_decay, ghost=ghost, clip=clip)
+    assert sum(t.clipped is not None for t in fast.terms) == (1 if fused else 0)
+    for t in fast.terms:  # the factors the aggregation computes, so that it takes the accumulated sum
+        assert t.clipped is None or torch.equal(t.clipped[0], clip_factors(fast.norms, clip))
+    assert torch.allclose(fast.norms, ref_norms, rtol=1e-9, atol=0)
+    agg = ideal_aggregate(fast, torch.ones(USERS, dtype=torch.float64), torch.ones(USERS, dtype=torch.bool),
+                          _setup(fast.dim, clip), None)
+    assert _rel(agg.aligned_sum, factor @ ref_grads) <= 1e-9
+    coef = torch.rand(USERS, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    assert _rel(fast.weighted_sum(coef), coef @ ref_grads) <= 1e-9
 
 
 def test_unsupported_models_fall_back_to_vmap():

@@ -83,7 +83,8 @@ class FedSGD(Algorithm):
         self.batch_size, self.weight_decay, self.clip = spec.data.batch_size, tr.weight_decay, spec.transmit.clip
         self.input_sketch: InputSketch | None = None
         self.rounds = 0
-        self.x_rows, self.y_rows = RowBuffer(), RowBuffer()  # the minibatch, copied into the same memory every round
+        # the minibatch (and its sketched features), copied into the same memory every round
+        self.x_rows, self.y_rows, self.sketch_rows = RowBuffer(), RowBuffer(), RowBuffer()
 
     def transmit(self, active, *, train):
         run, dev = self.run, self.x_train.device
@@ -101,7 +102,8 @@ class FedSGD(Algorithm):
             return self._nothing()
         sketch = self.input_sketch
         grads = user_gradients(self.run.model, self.x_rows.gather(self.x_train, idx), self.y_rows.gather(self.y_train, idx), weight,
-                               weight_decay=self.weight_decay, input_sketch=sketch.minibatch(idx) if sketch else None)
+                               weight_decay=self.weight_decay, clip=self.clip,
+                               input_sketch=sketch.minibatch(idx, self.sketch_rows) if sketch else None)
         return grads, float(grads.losses.mean()), float((grads.norms > self.clip).float().mean())
 
     def apply(self, estimate, *, participants, mu, unknown):

@@ -36,7 +36,10 @@ differentially private learners", ghost clipping):
 while g_beta (F_out numbers per user) is always formed.
 
 That costs b^2 (F_in + F_out) per user, against b F_in F_out for materialising G; each
-layer takes the cheaper (:func:`layer_method`). The per-sample output
+layer takes the cheaper (:func:`layer_method`). Materialised G_k are kept for the sum while
+they are few; beyond that they are formed a cache-sized block of users at a time and reduced
+to norms (and, given the clip norm, to the clipped sum) in cache (:mod:`otafl.fl.blocks`).
+The per-sample output
 gradients delta_j scale linearly with the sample's loss weight (samples do not interact in
 these models), so the weighted sum over users is one matrix product per layer,
 
@@ -70,20 +73,10 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
 from otafl.errors import OtaflInputError
+from otafl.fl import blocks
 
-__all__ = [
-    "ELEMENTWISE",
-    "GhostGradients",
-    "StackedGradients",
-    "UserGradients",
-    "flatten",
-    "ghost_gradients",
-    "layer_method",
-    "param_dict",
-    "per_user_gradients",
-    "supports_ghost",
-    "user_gradients",
-]
+__all__ = ["ELEMENTWISE", "GhostGradients", "StackedGradients", "UserGradients", "flatten", "ghost_gradients",
+           "layer_method", "param_dict", "per_user_gradients", "supports_ghost", "user_gradients"]
 
 #: Parameter-free, per-sample, element-wise modules the ghost path can pass through.
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.ELU, nn.SiLU,
@@ -206,21 +199,24 @@ class StackedGradients(UserGradients):
         return self.grads
 
 
-
 @dataclass
 class _LinearTerm:
     """One linear layer's per-user factors.
 
     inputs : [n, b, F_in] a_kj;  deltas : [n, b, F_out] delta_kj (loss-weighted);
-    weight_grads : [n, F_out, F_in] G_k when materialised, None when ghost;
-    bias_grads : [n, F_out] g_beta_k (always materialised: F_out numbers per user), None
-    without a bias.
+    weight_grads : [n, F_out, F_in] G_k when materialised and kept (at most
+    :data:`otafl.fl.blocks.KEEP_FLOATS` numbers), else None;  bias_grads : [n, F_out] g_beta_k
+    (always materialised: F_out numbers per user), None without a bias;  method : how the norms
+    were taken (:func:`layer_method`);  clipped : (c [n], vec(sum_k c_k G_k)) accumulated block
+    by block with the clip factors c_k, or None.
     """
 
     inputs: Tensor
     deltas: Tensor
     weight_grads: Tensor | None
     bias_grads: Tensor | None
+    method: str
+    clipped: tuple[Tensor, Tensor] | None = None
 
     def per_user(self) -> list[Tensor]:
         """[G_k flattened [n, F_out F_in], g_beta_k [n, F_out] (with a bias)]."""
@@ -231,7 +227,9 @@ class _LinearTerm:
 
     def weighted_sum(self, coef: Tensor) -> list[Tensor]:
         """[vec(sum_k coef_k G_k), sum_k coef_k g_beta_k (with a bias)]."""
-        if self.weight_grads is not None:
+        if self.clipped is not None and torch.equal(coef, self.clipped[0]):
+            pieces = [self.clipped[1]]  # summed with exactly these factors while its blocks were in cache
+        elif self.weight_grads is not None:
             pieces = [coef @ self.weight_grads.flatten(1)]
         else:  # book-keeping: the weight gradient of a backward pass with sample weights coef_k
             n, b, f_out = self.deltas.shape
@@ -363,7 +361,7 @@ def _sqrt(x: Tensor) -> Tensor:
 
 def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                     weight_decay: float = 0.0, ghost: bool | None = None,
-                    input_sketch: Tensor | None = None) -> GhostGradients:
+                    input_sketch: Tensor | None = None, clip: float | None = None) -> GhostGradients:
     """Per-user gradient norms, losses and a lazily summed gradient from one forward+backward.
 
     Same g_k as :func:`per_user_gradients` (see the module docstring for the equations),
@@ -384,6 +382,11 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
     input_sketch : [n, b, r + 1] or None
         The minibatch's sketched features (:meth:`~otafl.fl.sketch.InputSketch.minibatch`); used by the first
         module when it is a linear layer.
+    clip : float or None
+        L, the clip norm the round will apply (factors L / max(||g_k||, L)): a layer
+        materialised block by block then also sums its clipped G_k while each block is in
+        cache, and ``weighted_sum`` uses that sum when given exactly those factors (any other
+        coefficients are book-kept as usual).
 
     Returns
     -------
@@ -416,6 +419,7 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
 
     terms = []
     squares = []  # per-layer pieces of ||g_k||^2, [n] each
+    deferred = []  # (its index in squares, in terms, delta, a) of the layers materialised block by block
     cross = []  # per-layer pieces of <w, g_k> (without the regulariser), with weight decay only
     dim = 0
     for i, (module, a, z, delta) in enumerate(zip(layers, inputs, outputs, deltas)):
@@ -437,40 +441,59 @@ def ghost_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                 gram_a = torch.bmm(a, a.transpose(1, 2))  # [n, b, b]
                 gram_delta = torch.bmm(delta, delta.transpose(1, 2))
                 squares.append(torch.linalg.vecdot(gram_a.flatten(1), gram_delta.flatten(1)))
-            else:
+            elif n * f_out * f_in <= blocks.KEEP_FLOATS:  # materialised, kept for the weighted sum
                 gw = torch.bmm(delta.transpose(1, 2), a)  # [n, F_out, F_in]
                 squares.append(torch.linalg.vecdot(gw.flatten(1), gw.flatten(1)))
+            else:  # materialised a cache-sized block of users at a time (below), not kept
+                deferred.append((len(squares), len(terms), delta, a))
+                squares.append(None)
             if has_bias:
                 gb = delta.sum(dim=1)  # [n, F_out]
                 squares.append(torch.linalg.vecdot(gb, gb))
-        terms.append(_LinearTerm(a, delta, gw, gb))
+        terms.append(_LinearTerm(a, delta, gw, gb, method))
         dim += f_in * f_out + (f_out if has_bias else 0)
         if weight_decay:
             cross.append((delta * z.detach().view(n, b, f_out)).sum(dim=(1, 2)))
 
-    sq_norms = functools.reduce(torch.add, squares)
     flat_params = flatten(param_dict(model)) if weight_decay else None
-    if weight_decay:
-        w_sq = flat_params.square().sum()
-        sq_norms = (sq_norms + 2.0 * weight_decay * functools.reduce(torch.add, cross)
-                    + weight_decay * weight_decay * w_sq)
-    norms = _sqrt(sq_norms.clamp_(min=0.0))
+    w_sq = flat_params.square().sum() if weight_decay else None
+
+    def norms_of(parts: list[Tensor], cross_parts: list[Tensor]) -> Tensor:  # all users, or a block
+        sq_norms = functools.reduce(torch.add, parts)
+        if weight_decay:
+            sq_norms = (sq_norms + 2.0 * weight_decay * functools.reduce(torch.add, cross_parts)
+                        + weight_decay * weight_decay * w_sq)
+        return _sqrt(sq_norms.clamp(min=0.0))
+
+    fused = None
+    if clip is not None and len(deferred) == 1:  # the clipped sum in the same pass as the norms
+        pos, t, delta, a = deferred[0]
+        squares[pos], factor, total = blocks.clipped_pass(delta, a, lambda i, j, sq: norms_of(
+            [sq if k == pos else s[i:j] for k, s in enumerate(squares)], [c[i:j] for c in cross]), clip)
+        fused = (t, factor, total)
+    else:
+        for pos, _, delta, a in deferred:
+            squares[pos] = blocks.materialised_squares(delta, a)
+    norms = norms_of(squares, cross)
+    if fused is not None and torch.equal(fused[1], clip / norms.clamp(min=clip)):  # the factors the round takes
+        terms[fused[0]].clipped = fused[1:]
     return GhostGradients(terms, norms, losses.detach(), dim, weight_decay, flat_params)
 
 
 def user_gradients(model: nn.Module, x: Tensor, y: Tensor, weight: Tensor, *,
                    weight_decay: float = 0.0, method: str = "auto",
-                   input_sketch: Tensor | None = None) -> UserGradients:
+                   input_sketch: Tensor | None = None, clip: float | None = None) -> UserGradients:
     """Every user's gradient in the form the round consumes.
 
     ``method``: ``"ghost"`` (:func:`ghost_gradients`), ``"vmap"`` (:func:`per_user_gradients`)
     or ``"auto"`` (default): ghost where :func:`supports_ghost`, vmap otherwise.
-    ``input_sketch`` (:meth:`~otafl.fl.sketch.InputSketch.minibatch`) is passed to the ghost path (ignored by vmap).
+    ``input_sketch`` (:meth:`~otafl.fl.sketch.InputSketch.minibatch`) and ``clip`` go to the ghost path (vmap ignores them).
     Shapes as in :func:`per_user_gradients`.
     """
     if method not in GRADIENT_METHODS:
         raise OtaflInputError(f"gradient method {method!r} is not one of: {', '.join(GRADIENT_METHODS)}")
     if method == "ghost" or (method == "auto" and supports_ghost(model)):
-        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay, input_sketch=input_sketch)
+        return ghost_gradients(model, x, y, weight, weight_decay=weight_decay, input_sketch=input_sketch,
+                               clip=clip)
     grads, losses = per_user_gradients(model, x, y, weight, weight_decay=weight_decay)
     return StackedGradients(grads, losses)

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 from torch.nn import functional as F
 
-from otafl.data import gather_rows
+from otafl.data import RowBuffer
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import GRADIENT_METHODS, StackedGradients, supports_ghost
 from otafl.fl.strategies import ALGORITHMS, Strategy
@@ -181,7 +181,8 @@ GradientSums = Callable[..., tuple[Tensor, Tensor]]  # clipped_gradient_sums' si
 def local_updates(model: nn.Module, start: Tensor, x_train: Tensor, y_train: Tensor, index: Tensor, counts: Tensor,
                   draws: Iterable[StepDraw], *, local_lr: float, record_sampling: float, record_clip: float,
                   step_noise: float, correction: Tensor | None = None, method: str = "auto",
-                  gradient_sums: GradientSums | None = None) -> tuple[Tensor, Tensor]:
+                  gradient_sums: GradientSums | None = None,
+                  buffers: tuple[RowBuffer, RowBuffer] | None = None) -> tuple[Tensor, Tensor]:
     """S local DP-SGD steps of n users at once (module docstring).
 
     start : [d] global model w, or [n, d].   index : [n, max_D] training-set indices of the
@@ -189,11 +190,14 @@ def local_updates(model: nn.Module, start: Tensor, x_train: Tensor, y_train: Ten
     (mask [n, max_D] bool, the records in each step's Poisson minibatch; z [n, d] standard
     normal, the step noise before scaling by sigma C).   correction : [n, d] c - c_k
     (SCAFFOLD) or None.   gradient_sums : replaces :func:`clipped_gradient_sums` (same
-    signature; e.g. a quadratic loss in tests).
+    signature; e.g. a quadratic loss in tests).   buffers : the (features, labels)
+    :class:`~otafl.data.RowBuffer` pair each step's records are gathered into (None: a new
+    pair for this call, reused over its steps).
 
     Returns u [n, d] = -eta_l sum_s H_{k,s} and the mean per-example loss [n] over the steps.
     """
     sums_fn = gradient_sums or clipped_gradient_sums
+    x_rows, y_rows = buffers if buffers is not None else (RowBuffer(), RowBuffer())
     n = index.shape[0]
     weights = start.expand(n, -1).clone() if start.dim() == 1 else start.clone()
     total = torch.zeros_like(weights)
@@ -207,7 +211,7 @@ def local_updates(model: nn.Module, start: Tensor, x_train: Tensor, y_train: Ten
         if width:
             order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :width]  # chosen records first
             chosen = index.gather(1, order)
-            sums, losses = sums_fn(model, weights, gather_rows(x_train, chosen), gather_rows(y_train, chosen),
+            sums, losses = sums_fn(model, weights, x_rows.gather(x_train, chosen), y_rows.gather(y_train, chosen),
                                    mask.gather(1, order), record_clip, method=method)
             loss_sum += losses
             seen += mask.sum(1).to(seen.dtype)
@@ -287,6 +291,7 @@ class LocalSteps:
         self.masks, self.noise = mask_generator, noise_generator
         self.method = method
         self.gradient_sums = gradient_sums
+        self.rows = (RowBuffer(), RowBuffer())  # each step's records, gathered into the same memory every step
         dim = sum(p.numel() for p in self.params)
         self.dim = dim
         min_records = int(counts.min())
@@ -323,7 +328,7 @@ class LocalSteps:
                                   self.index.index_select(0, users), self.counts.index_select(0, users),
                                   self._draws(users, self.S, self.q), local_lr=self.lr, record_sampling=self.q,
                                   record_clip=self.C, step_noise=self.sigma, correction=correction,
-                                  method=self.method, gradient_sums=self.gradient_sums)
+                                  method=self.method, gradient_sums=self.gradient_sums, buffers=self.rows)
         if self.c_users is not None:
             self.c_users[users] = -u / (self.lr * self.S)
         sent = u * (self.L / self.bound)
