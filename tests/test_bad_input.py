@@ -452,3 +452,46 @@ def test_a_stage_left_by_a_dead_run_is_removed_by_the_next_run_into_that_folder(
     res = CliRunner().invoke(cli, ["run", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "r"), "--quiet"])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "spec.toml"]
+
+
+# --------------------------------------------------------------------------- hostile campaign 21, second round
+
+
+def _node(path: Path, kind: str) -> None:
+    """A character device (like /dev/full, 1:7), a FIFO, inside tmp_path only; skipped where not allowed."""
+    import stat
+
+    try:
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            os.mknod(path, 0o644 | stat.S_IFCHR, os.makedev(1, 7))
+    except (OSError, AttributeError) as e:
+        pytest.skip(f"cannot make a {kind} here: {e}")
+
+
+def _refused_here(cwd: Path, args, needle: str):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(cli, args)
+    finally:
+        os.chdir(old)
+    assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.stderr
+    return lines[0]
+
+
+def test_an_output_that_links_to_a_regular_file_writes_that_file_and_keeps_the_link(workdir, tmp_path):
+    (tmp_path / "real.md").write_text("old\n")
+    os.symlink("real.md", tmp_path / "link.md")
+    res = CliRunner().invoke(cli, ["table", str(workdir / "store.sqlite"), "--out", str(tmp_path / "link.md")])
+    assert res.exit_code == 0, res.output
+    assert os.path.islink(tmp_path / "link.md") and (tmp_path / "real.md").read_text().startswith("| scheme")
+
+
+def test_calibrate_write_with_a_name_too_long_is_refused_before_the_search(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["calibrate", "spec.toml", "--target-epsilon", "100", "--solve",
+                                           "train.rounds", "--write", "x" * 300 + ".toml"],
+                    "has a name of 305 bytes, over the limit of 255")
