@@ -4,6 +4,7 @@ present, and must stay byte-identical)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -483,6 +484,38 @@ def _refused_here(cwd: Path, args, needle: str):
     return lines[0]
 
 
+def test_no_writer_replaces_a_device_node_a_fifo_or_a_link_to_one(workdir, tmp_path):
+    import stat
+
+    store = str(workdir / "store.sqlite")
+    (tmp_path / "spec.toml").write_text(SWEEP)
+    _node(tmp_path / "dev", "char")
+    _node(tmp_path / "pipe.png", "fifo")
+    os.symlink("pipe.png", tmp_path / "to-pipe.md")
+    os.symlink("missing.md", tmp_path / "dangling.md")
+    (tmp_path / "r").mkdir()
+    _node(tmp_path / "r" / "summary.json", "fifo")
+    cases = [(["table", store, "--out", "dev"], "'dev' exists and is a character device"),
+             (["table", store, "--out", "pipe.png"], "is a FIFO (named pipe)"),
+             (["table", store, "--out", "to-pipe.md"], "is a symbolic link to a FIFO"),
+             (["table", store, "--out", "dangling.md"], "is a symbolic link to a missing file"),
+             (["plot", store, "--kind", "accuracy", "--out", "pipe.png"], "is a FIFO"),
+             (["scaling", "--points", "3", "--exact-points", "2", "--out", "pipe.png"], "is a FIFO"),
+             (["plot-accountants", "--out", "pipe.png"], "is a FIFO"),
+             (["plot-digital", store, "--out", "pipe.png"], "is a FIFO"),
+             (["calibrate", "spec.toml", "--target-epsilon", "100", "--solve", "train.rounds", "--write", "dev",
+               "--overwrite"], "'dev' exists and is a character device"),
+             (["sweep", "spec.toml", "--out", "dev"], "results file 'dev' exists and is a character device"),
+             (["run", "spec.toml", "--out", "r", "--overwrite", "--quiet"], "'r/summary.json' exists and is a FIFO")]
+    for args, needle in cases:
+        _refused_here(tmp_path, args, needle)
+    assert stat.S_ISCHR(os.lstat(tmp_path / "dev").st_mode) and stat.S_ISFIFO(os.lstat(tmp_path / "pipe.png").st_mode)
+    assert os.path.islink(tmp_path / "to-pipe.md") and os.path.islink(tmp_path / "dangling.md")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "r" / "summary.json").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.md", "dev", "pipe.png", "r", "spec.toml",
+                                                          "to-pipe.md"]
+
+
 def test_an_output_that_links_to_a_regular_file_writes_that_file_and_keeps_the_link(workdir, tmp_path):
     (tmp_path / "real.md").write_text("old\n")
     os.symlink("real.md", tmp_path / "link.md")
@@ -491,7 +524,105 @@ def test_an_output_that_links_to_a_regular_file_writes_that_file_and_keeps_the_l
     assert os.path.islink(tmp_path / "link.md") and (tmp_path / "real.md").read_text().startswith("| scheme")
 
 
+def test_a_results_file_replaced_during_a_sweep_keeps_its_content_and_gets_none_of_our_wal(tmp_path, monkeypatch):
+    import time
+
+    import otafl.sweep.executor as executor
+    from otafl.sweep.store import open_store, read_store
+
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    db = tmp_path / "r.sqlite"
+    open_store(tmp_path / "other.sqlite").close()  # an empty results file of another sweep
+    real, calls, seen = executor.run_point, [], []
+
+    def run_and_replace(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            os.replace(tmp_path / "other.sqlite", db)
+            time.sleep(1.0)  # the sweep's watch removes its -wal and -shm well before its next commit
+            seen.append(sorted(p.name for p in tmp_path.iterdir()))
+            with read_store(db) as store:  # a reader meanwhile sees the new file, not our runs
+                seen.append(store.count())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(executor, "run_point", run_and_replace)
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 2 and "was replaced during the sweep" in res.stderr, res.output
+    assert seen == [["r.sqlite", "s.toml"], 0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.sqlite", "s.toml"]
+    with read_store(db) as store:
+        assert store.count() == 0
+
+
+def test_a_replaced_store_is_never_deleted_as_the_sweeps_own_empty_file(tmp_path, monkeypatch):
+    import otafl.sweep.executor as executor
+    from otafl.sweep.store import open_store, read_store
+
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    db = tmp_path / "r.sqlite"
+    open_store(tmp_path / "other.sqlite").close()
+    real = executor.run_point
+
+    def replace_first(*a, **kw):  # before the sweep's first result: it would discard its empty file
+        os.replace(tmp_path / "other.sqlite", db)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(executor, "run_point", replace_first)
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 2 and "was replaced" in res.stderr, res.output
+    with read_store(db) as store:
+        assert store.count() == 0
+
+
+def test_a_store_in_a_read_only_folder_prints_its_table(workdir, tmp_path):
+    import shutil
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    shutil.copy(workdir / "store.sqlite", ro / "store.sqlite")
+    mounted = subprocess.run(["mount", "--bind", str(ro), str(ro)], capture_output=True).returncode == 0
+    if not mounted:
+        if os.geteuid() == 0:
+            pytest.skip("cannot bind-mount a read-only folder here")
+        ro.chmod(0o555)  # not root: a folder without write permission
+    try:
+        if mounted and subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        assert not os.access(ro, os.W_OK)
+        res = CliRunner().invoke(cli, ["table", str(ro / "store.sqlite")])
+        assert res.exit_code == 0 and res.stdout.startswith("| scheme"), res.output
+        assert sorted(p.name for p in ro.iterdir()) == ["store.sqlite"]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(ro)], check=True)
+        else:
+            ro.chmod(0o755)
+
+
 def test_calibrate_write_with_a_name_too_long_is_refused_before_the_search(workdir, monkeypatch):
     _assert_refused(workdir, monkeypatch, ["calibrate", "spec.toml", "--target-epsilon", "100", "--solve",
                                            "train.rounds", "--write", "x" * 300 + ".toml"],
                     "has a name of 305 bytes, over the limit of 255")
+
+
+def test_a_sweep_into_a_device_node_creates_nothing_beside_it(tmp_path):
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    _node(tmp_path / "n", "char")
+    _refused_here(tmp_path, ["sweep", "sweep.toml", "--out", "n", "--workers", "0"],
+                  "results file 'n' exists and is a character device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n", "sweep.toml"]
+
+
+def test_a_store_with_a_damaged_row_is_refused_in_one_line(workdir, tmp_path):
+    import shutil
+    import sqlite3
+
+    for name, value in (("json.sqlite", "'{x'"), ("utf8.sqlite", "cast(x'7bff22' as text)"),
+                        ("list.sqlite", "'[1, 2]'")):
+        shutil.copy(workdir / "store.sqlite", tmp_path / name)
+        with contextlib.closing(sqlite3.connect(tmp_path / name)) as conn, conn:
+            conn.execute(f"UPDATE runs SET params = {value} WHERE rowid = 1")
+        for args in (["table", name], ["plot", name, "--kind", "accuracy", "--out", "f.png"]):
+            _refused_here(tmp_path, args, f"results file '{name}' is damaged (")
+    assert not (tmp_path / "f.png").exists()
