@@ -73,6 +73,13 @@ def run_bytes(*, rounds: int, users: int, dim: int, batch: int) -> float:
     return float(per_round + model + round_work)
 
 
+def synthetic_bytes(samples: int, features: int = 20) -> float:
+    """Estimated peak bytes of drawing the ``synthetic`` data set of ``samples`` points: the
+    float32 features (drawn, shifted by the class means, split into train and test: ~4
+    copies of [N, F]) and the int64 labels and permutations (~4 of [N])."""
+    return float(samples) * (4 * 4 * features + 4 * 8)
+
+
 def bound_bytes(*, points: int, rounds: int, accountants: int) -> float:
     """Estimated peak bytes of a bound grid: each accountant's ~48 float64 fields per point
     and round (the rounds axis is materialised for the composed totals)."""

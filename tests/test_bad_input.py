@@ -574,6 +574,12 @@ def test_a_replaced_store_is_never_deleted_as_the_sweeps_own_empty_file(tmp_path
         assert store.count() == 0
 
 
+def test_sgd_with_a_learning_rate_beyond_float32_is_refused(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "train.optimizer='sgd'", "--set",
+                                           "train.lr=1e39", "--out", "r"],
+                    "train.lr = 1e+39 is outside the allowed range (0, 3.40282e+38] for train.optimizer = 'sgd'")
+
+
 def test_a_store_in_a_read_only_folder_prints_its_table(workdir, tmp_path):
     import shutil
     import subprocess
@@ -598,6 +604,49 @@ def test_a_store_in_a_read_only_folder_prints_its_table(workdir, tmp_path):
             subprocess.run(["umount", str(ro)], check=True)
         else:
             ro.chmod(0o755)
+
+
+def test_a_negative_synthetic_size_is_named_by_its_spec_key(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "data.samples=-1"],
+                    "data.samples = -1 is outside the allowed range [20, inf)")
+
+
+def test_a_synthetic_data_set_over_the_memory_limit_is_refused_before_it_is_drawn(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "data.samples=10000000000"],
+                    "data.samples = 10000000000 (the synthetic data set) needs about 3.2 TiB, over the memory limit")
+
+
+def test_digital_bits_bound_the_users_of_digital_runs_only(monkeypatch):
+    from otafl.config import load_spec
+    from otafl.errors import OtaflInputError
+
+    monkeypatch.delenv("OTAFL_MEMORY_LIMIT_GB", raising=False)
+
+    big = ["data.name='synthetic'", "data.users=40000", "data.samples=100000"]
+    assert load_spec(None, big).data.users == 40000  # over the air: digital.bits is not used
+    assert load_spec(str(Path(__file__).resolve().parents[1] / "experiments" / "large-k.toml"),
+                     ["data.users=50000", "data.samples=200000"]).data.users == 50000
+    with pytest.raises(OtaflInputError, match=r"digital.bits = 16 is outside the allowed range for skellam"):
+        load_spec(None, big + ["train.aggregation='digital'", "privacy.accountants=['digital']"])
+
+
+def test_deeply_nested_values_are_one_line_not_a_recursion_error(workdir, monkeypatch, tmp_path):
+    deep = "[" * 5000 + "]" * 5000
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", f"data.name={deep}"],
+                    "--set data.name: the value nests lists or tables too deeply")
+    (tmp_path / "deep.toml").write_text(f"[data]\nname = {deep}\n")
+    _assert_refused(tmp_path, monkeypatch, ["run", "deep.toml"], "lists or tables nested too deeply")
+
+
+def test_digital_scale_and_theta_beyond_float_range_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "d.toml").write_text(DIGITAL)
+    _assert_refused(tmp_path, monkeypatch, ["run", "d.toml", "--set", "digital.scale=1e300"],
+                    "digital.scale = 1e+300 is outside the allowed range [1e-30, 1e+30]")
+    _assert_refused(tmp_path, monkeypatch, ["run", "d.toml", "--set", "digital.mechanism='pbm'", "--set",
+                                            "digital.theta=1e-300"],
+                    "digital.theta = 1e-300 is outside the allowed range [1e-30, 0.5)")
+    _assert_refused(tmp_path, monkeypatch, ["run", "d.toml", "--set", "digital.sigma2=1e300"],
+                    "digital.sigma2 = 1e+300 is outside the allowed range 0 or [1e-30, 1e+30]")
 
 
 def test_calibrate_write_with_a_name_too_long_is_refused_before_the_search(workdir, monkeypatch):
