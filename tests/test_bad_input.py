@@ -524,6 +524,16 @@ def test_an_output_that_links_to_a_regular_file_writes_that_file_and_keeps_the_l
     assert os.path.islink(tmp_path / "link.md") and (tmp_path / "real.md").read_text().startswith("| scheme")
 
 
+def test_bound_users_beyond_the_memory_limit_or_exact_floats_are_refused_before_allocating(workdir, monkeypatch):
+    monkeypatch.setenv("OTAFL_MEMORY_LIMIT_GB", "8")  # --memory-limit sets it in this process: undone at the end
+    _assert_refused(workdir, monkeypatch, ["--memory-limit", "1", "bound", "--users", "100000000000000",
+                                           "--accountant", "tight"], "users = 100000000000000 with the tight")
+    _assert_refused(workdir, monkeypatch, ["bound", "--users", "100000000000000000000", "--accountant", "exact"],
+                    "users = 100000000000000000000 is outside the allowed range [1, 9.0072e+15]")
+    _assert_refused(workdir, monkeypatch, ["audit", "--users", "100000000000000", "--samples", "10"],
+                    "users = 100000000000000 is outside the allowed range [1, 1e+12]")
+
+
 def test_a_results_file_replaced_during_a_sweep_keeps_its_content_and_gets_none_of_our_wal(tmp_path, monkeypatch):
     import time
 
