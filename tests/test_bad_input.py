@@ -685,3 +685,60 @@ def test_a_store_with_a_damaged_row_is_refused_in_one_line(workdir, tmp_path):
         for args in (["table", name], ["plot", name, "--kind", "accuracy", "--out", "f.png"]):
             _refused_here(tmp_path, args, f"results file '{name}' is damaged (")
     assert not (tmp_path / "f.png").exists()
+
+
+def _signal_otafl(tmp_path, args, sig, ready, settle=0.5):
+    import subprocess
+    import sys
+    import time
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "otafl", *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    time.sleep(settle)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    return proc.returncode, proc.stderr.read()
+
+
+def test_ctrl_c_of_a_run_is_one_line_exit_130_and_leaves_no_folder(tmp_path):
+    import signal
+
+    (tmp_path / "spec.toml").write_text(SPEC.replace("rounds = 2", "rounds = 100000"))
+    code, err = _signal_otafl(tmp_path, ["run", "spec.toml", "--out", "r", "--quiet"], signal.SIGINT,
+                              lambda: any(p.name.startswith(".r.partial-") for p in tmp_path.iterdir()))
+    assert code == 130 and err.strip().splitlines() == ["error: interrupted; no results written to r"], (code, err)
+    assert not (tmp_path / "r").exists()
+
+
+def _running(db: Path) -> bool:
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
+SWEEP_LONG = SPEC.replace("rounds = 2", "rounds = 100000") + '[sweep]\nseeds = [0]\n[sweep.axes]\n"sampling.p" = [0.5, 0.9]\n'
+
+
+@pytest.mark.parametrize("executor", ["process", pytest.param("ray", marks=pytest.mark.slow)])
+def test_sigterm_of_a_sweep_is_one_line_exit_143_and_keeps_the_store(tmp_path, executor):
+    import signal
+
+    if executor == "ray":
+        pytest.importorskip("ray")
+    (tmp_path / "s.toml").write_text(SWEEP_LONG)
+    db = tmp_path / "r.sqlite"
+    code, err = _signal_otafl(tmp_path, ["sweep", "s.toml", "--out", "r.sqlite", "--workers", "2", "--quiet",
+                                         "--executor", executor], signal.SIGTERM, lambda: _running(db), settle=1.0)
+    assert code == 143 and err.strip().splitlines() == [
+        "error: terminated by SIGTERM; finished runs are in r.sqlite, rerun with --resume"], (code, err)
+    assert _running(db)  # its runs in flight stay `running` for --resume
