@@ -211,6 +211,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
         raise OtaflInputError(f"malformed TOML in {str(path)!r}: {e}") from None
+    except RecursionError:  # tomllib recurses once per level of [[...]] / {a = {...}}
+        raise OtaflInputError(f"malformed TOML in {str(path)!r}: lists or tables nested too deeply") from None
     except UnicodeDecodeError:
         raise OtaflInputError(f"{str(path)!r} is not a UTF-8 TOML file") from None
 
@@ -230,6 +232,9 @@ def parse_override(text: str) -> tuple[str, str, Any]:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw.strip()
+    except RecursionError:
+        raise OtaflInputError(f"--set {dotted.strip()}: the value nests lists or tables too deeply "
+                              f"({len(raw)} characters); give a number, a string or a flat list") from None
     return section, key, value
 
 

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -76,13 +77,74 @@ def check_path_fits(path: str | Path, what: str = "output path") -> None:
                                   f"of {NAME_MAX}; choose a shorter name")
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def output_target(path: str | Path, what: str = "output file") -> Path:
+    """The file that writing ``path`` replaces, checked before any work: ``path`` itself when
+    it does not exist or is a regular file; for a symbolic link to a regular file, the file
+    it points to (written in place of that file, the link kept). Refused in one line
+    (:class:`OtaflInputError`): a name over 255 bytes or a path over 4095 (:func:`check_path_fits`),
+    and a path that exists and is not a regular file (a device node, a FIFO, a socket, a
+    folder), or a link to one or to nothing: otafl never renames over those."""
+    check_path_fits(path, what)
+    p = Path(path)
+    try:
+        mode = os.lstat(p).st_mode
+    except OSError:  # absent, or a parent that is not a folder: the writer reports it
+        return p
+    if stat.S_ISREG(mode):
+        return p
+    if stat.S_ISLNK(mode):
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            raise OtaflInputError(f"{what} {str(p)!r} is a symbolic link to a missing file ({os.readlink(p)!r}); "
+                                  f"otafl does not write through it, choose another path") from None
+        target = Path(os.path.realpath(p))
+        if stat.S_ISREG(mode) and _same_file(target, p):
+            return target
+        if stat.S_ISREG(mode):  # a /proc/PID/fd link to a deleted or unnamed file
+            raise OtaflInputError(f"{what} {str(p)!r} is a symbolic link to a file without a name "
+                                  f"({os.readlink(p)!r}); choose another path")
+        raise OtaflInputError(f"{what} {str(p)!r} is a symbolic link to {_kind(mode)}, not to a regular file; "
+                              f"otafl replaces only regular files, choose another path")
+    raise OtaflInputError(f"{what} {str(p)!r} exists and is {_kind(mode)}, not a regular file; otafl replaces only "
+                          f"regular files, choose another path")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _still_replaceable(path: Path, what: str) -> None:
+    """Just before a rename: ``path`` is absent or a regular file (not swapped for a device meanwhile)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
+        raise OtaflInputError(f"{what} {str(path)!r} exists and is {kind}, not a regular file; otafl replaces only "
+                              f"regular files, choose another path")
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file beside it and an atomic rename, with
     the usual permissions: either the whole file appears or nothing changes. A path that
     cannot be written (a read-only folder, a path under a file, /proc) raises
-    :class:`OtaflInputError` naming the path and the reason."""
-    check_path_fits(path)
-    path = Path(path)
+    :class:`OtaflInputError` naming the path and the reason; so does one that exists and is
+    not a regular file (:func:`output_target`; a link to a regular file writes that file)."""
+    path = output_target(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -92,6 +154,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+        _still_replaceable(path, "output file")
         os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):
@@ -127,7 +190,9 @@ def write_run(out_dir: str | Path, summary: dict, rounds: list[dict]) -> None:
 
     Both files are written to temporary files first and then renamed into place,
     ``summary.json`` last. If anything fails, the files it had already replaced are put
-    back (an earlier run's pair stays as it was; a new folder gets neither file).
+    back (an earlier run's pair stays as it was; a new folder gets neither file). An existing
+    file of that name that is not a regular file is refused, a link to one is written
+    through (:func:`output_target`).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -138,15 +203,16 @@ def write_run(out_dir: str | Path, summary: dict, rounds: list[dict]) -> None:
     backups: list[str] = []
     try:
         for name, text in texts:
-            fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
-            temps.append((tmp, out / name))
+            final = output_target(out / name, "results file")
+            fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
+            temps.append((tmp, final))
             with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
                 fh.write(text)
             os.chmod(tmp, 0o666 & ~_umask())
         for tmp, final in temps:
             backup = None
             if final.exists():  # keep the earlier file (a hard link, else a copy) until both are in place
-                fd, backup = tempfile.mkstemp(dir=out, prefix=f".{final.name}.", suffix=".bak")
+                fd, backup = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".bak")
                 os.close(fd)
                 os.unlink(backup)
                 backups.append(backup)
@@ -154,6 +220,7 @@ def write_run(out_dir: str | Path, summary: dict, rounds: list[dict]) -> None:
                     os.link(final, backup)
                 except OSError:
                     shutil.copy2(final, backup)
+            _still_replaceable(final, "results file")
             os.replace(tmp, final)
             replaced.append((final, backup))
     except BaseException:
@@ -202,6 +269,8 @@ def prepare_run_dir(out_dir: str | Path, *, overwrite: bool = False) -> list[Pat
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise OtaflInputError(f"output folder {str(out)!r} is not empty ({shown}); pass --overwrite to "
                                   f"replace its summary.json and rounds.csv, or choose another --out")
+        for name in ("summary.json", "rounds.csv"):  # --overwrite replaces regular files only
+            output_target(out / name, "results file")
     created: list[Path] = []
     missing: list[Path] = []
     probe = out

@@ -98,6 +98,8 @@ def validate(spec: Spec) -> None:
     check_range("data.shards_per_user", d.shards_per_user, 1, None)
     check_range("data.batch_size", d.batch_size, 1, None)
     check_range("data.test_fraction", d.test_fraction, 0, 1, lo_open=True, hi_open=True)
+    if d.name == "synthetic":  # two samples per class of its 10 (the size is checked in check_run_size)
+        check_range("data.samples", d.samples, 2 * SYNTHETIC_CLASSES, None)
     _names("model.name", m.name, names["model.name"])
     check_range("model.hidden", m.hidden, 1, None)
     _names("channel.fading", c.fading, names["channel.fading"])
@@ -145,6 +147,9 @@ def validate(spec: Spec) -> None:
     _names("train.superposition", tr.superposition, names["train.superposition"])
     _names("train.optimizer", tr.optimizer, names["train.optimizer"])
     check_range("train.lr", tr.lr, 0, None, lo_open=True)
+    if tr.optimizer == "sgd" and tr.lr > FLOAT32_MAX:
+        raise OtaflInputError(f"train.lr = {tr.lr!r} is outside the allowed range (0, {FLOAT32_MAX:.6g}] for "
+                              "train.optimizer = 'sgd' (its step w - lr g is taken in float32)")
     check_range("train.weight_decay", tr.weight_decay, 0, None)
     check_range("train.eval_every", tr.eval_every, 1, None)
     check_range("train.seed", tr.seed, 0, 2**32 - 1)
@@ -173,6 +178,14 @@ def validate(spec: Spec) -> None:
     check_run_size(spec)
 
 
+#: Largest finite float32: torch's SGD step takes its learning rate as a float32 scalar.
+FLOAT32_MAX = 3.4028234663852886e38
+#: Classes of the ``synthetic`` data set (otafl.data.load_dataset's default).
+SYNTHETIC_CLASSES = 10
+
+#: Smallest pbm theta (p = 1/2 + theta x / c): its noise variance grows as 1 / theta^2.
+MIN_PBM_THETA = 1e-30
+
 OVER_THE_AIR_ACCOUNTANTS = ("paper", "tight", "exact")
 """Accountants of the over-the-air round: hidden participation (amplification by sampling) and
 channel noise N0 / c_t^2, neither of which a digital (orthogonal-access) round has."""
@@ -195,9 +208,11 @@ def _validate_aggregation_accountants(spec: Spec) -> None:
 def check_run_size(spec: Spec) -> None:
     """Refuse, before anything is allocated, a run whose sizes (rounds, users, model width,
     minibatch) would need more memory than :func:`otafl.limits.memory_limit_bytes`."""
-    from otafl.limits import check_memory, model_dim_upper, run_bytes
+    from otafl.limits import check_memory, model_dim_upper, run_bytes, synthetic_bytes
 
     d, m, tr = spec.data, spec.model, spec.train
+    if d.name == "synthetic":
+        check_memory(f"data.samples = {d.samples} (the synthetic data set)", synthetic_bytes(d.samples))
     dim = model_dim_upper(m.name, m.hidden)
     check_memory(f"train.rounds = {tr.rounds} with data.users = {d.users}, model.name = {m.name!r}, "
                  f"model.hidden = {m.hidden}",
@@ -213,22 +228,29 @@ def _auto_or(where: str, value, lo: float, hi: float | None, **kw) -> None:
 
 
 def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
-    """The [digital] section (checked whatever the aggregation, so a sweep fails early)."""
+    """The [digital] section: names and ranges whatever the aggregation (so a sweep fails
+    early); whether digital.bits can hold the sum of K users only for a digital run, the
+    only kind that sums in 2^bits (an over-the-air run with many users ignores the bits)."""
     dg, K = spec.digital, spec.data.users
+    digital = spec.train.aggregation == "digital"
     _names("digital.mechanism", dg.mechanism, names["digital.mechanism"])
     _names("digital.access", dg.access, names["digital.access"])
     check_range("digital.bits", dg.bits, 2, 48)
-    if dg.mechanism == "pbm" and (1 << dg.bits) - 1 < K:
+    if digital and dg.mechanism == "pbm" and (1 << dg.bits) - 1 < K:
         raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for pbm with {K} users "
                               f"[{K.bit_length()}, 48] (each sum of K counts must fit in 2^bits)")
-    check_range("digital.sigma2", dg.sigma2, 0, None)
+    check_scale("digital.sigma2", dg.sigma2, zero=True)
     from otafl.fl.strategies import SCALED_MECHANISMS
 
-    if dg.mechanism in SCALED_MECHANISMS and dg.scale == "auto" and (1 << (dg.bits - 1)) - 1 - K <= 0:
+    if digital and dg.mechanism in SCALED_MECHANISMS and dg.scale == "auto" and (1 << (dg.bits - 1)) - 1 - K <= 0:
         raise OtaflInputError(f"digital.bits = {dg.bits} is outside the allowed range for {dg.mechanism} with {K} "
                               f"users [{(K + 1).bit_length() + 1}, 48] (the sum of K values needs 2^(bits-1) > K + 1)")
-    _auto_or("digital.scale", dg.scale, 0, None, lo_open=True)
-    _auto_or("digital.theta", dg.theta, 0, 0.5, lo_open=True, hi_open=True)
+    if isinstance(dg.scale, str):
+        _auto_or("digital.scale", dg.scale, 0, None)  # 'auto', else refused
+    else:  # levels per gradient unit: scale^2 sigma2 stays finite within [1e-30, 1e30]
+        check_scale("digital.scale", dg.scale)
+    # theta^2 divides the pbm noise: below 1e-30 it underflows (and the noise is infinite)
+    _auto_or("digital.theta", dg.theta, MIN_PBM_THETA, 0.5, hi_open=True)
     check_range("digital.clip_prob", dg.clip_prob, 0, 1, lo_open=True, hi_open=True)
     check_range("digital.min_rate", dg.min_rate, 0, None)
     _auto_or("digital.delta_total", dg.delta_total, 0, 1, lo_open=True, hi_open=True)

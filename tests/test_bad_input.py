@@ -4,6 +4,7 @@ present, and must stay byte-identical)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -452,3 +453,292 @@ def test_a_stage_left_by_a_dead_run_is_removed_by_the_next_run_into_that_folder(
     res = CliRunner().invoke(cli, ["run", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "r"), "--quiet"])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r", "spec.toml"]
+
+
+# --------------------------------------------------------------------------- hostile campaign 21, second round
+
+
+def _node(path: Path, kind: str) -> None:
+    """A character device (like /dev/full, 1:7), a FIFO, inside tmp_path only; skipped where not allowed."""
+    import stat
+
+    try:
+        if kind == "fifo":
+            os.mkfifo(path)
+        else:
+            os.mknod(path, 0o644 | stat.S_IFCHR, os.makedev(1, 7))
+    except (OSError, AttributeError) as e:
+        pytest.skip(f"cannot make a {kind} here: {e}")
+
+
+def _refused_here(cwd: Path, args, needle: str):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        res = CliRunner().invoke(cli, args)
+    finally:
+        os.chdir(old)
+    assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], res.stderr
+    return lines[0]
+
+
+def test_no_writer_replaces_a_device_node_a_fifo_or_a_link_to_one(workdir, tmp_path):
+    import stat
+
+    store = str(workdir / "store.sqlite")
+    (tmp_path / "spec.toml").write_text(SWEEP)
+    _node(tmp_path / "dev", "char")
+    _node(tmp_path / "pipe.png", "fifo")
+    os.symlink("pipe.png", tmp_path / "to-pipe.md")
+    os.symlink("missing.md", tmp_path / "dangling.md")
+    (tmp_path / "r").mkdir()
+    _node(tmp_path / "r" / "summary.json", "fifo")
+    cases = [(["table", store, "--out", "dev"], "'dev' exists and is a character device"),
+             (["table", store, "--out", "pipe.png"], "is a FIFO (named pipe)"),
+             (["table", store, "--out", "to-pipe.md"], "is a symbolic link to a FIFO"),
+             (["table", store, "--out", "dangling.md"], "is a symbolic link to a missing file"),
+             (["plot", store, "--kind", "accuracy", "--out", "pipe.png"], "is a FIFO"),
+             (["scaling", "--points", "3", "--exact-points", "2", "--out", "pipe.png"], "is a FIFO"),
+             (["plot-accountants", "--out", "pipe.png"], "is a FIFO"),
+             (["plot-digital", store, "--out", "pipe.png"], "is a FIFO"),
+             (["calibrate", "spec.toml", "--target-epsilon", "100", "--solve", "train.rounds", "--write", "dev",
+               "--overwrite"], "'dev' exists and is a character device"),
+             (["sweep", "spec.toml", "--out", "dev"], "results file 'dev' exists and is a character device"),
+             (["run", "spec.toml", "--out", "r", "--overwrite", "--quiet"], "'r/summary.json' exists and is a FIFO")]
+    for args, needle in cases:
+        _refused_here(tmp_path, args, needle)
+    assert stat.S_ISCHR(os.lstat(tmp_path / "dev").st_mode) and stat.S_ISFIFO(os.lstat(tmp_path / "pipe.png").st_mode)
+    assert os.path.islink(tmp_path / "to-pipe.md") and os.path.islink(tmp_path / "dangling.md")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "r" / "summary.json").st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.md", "dev", "pipe.png", "r", "spec.toml",
+                                                          "to-pipe.md"]
+
+
+def test_an_output_that_links_to_a_regular_file_writes_that_file_and_keeps_the_link(workdir, tmp_path):
+    (tmp_path / "real.md").write_text("old\n")
+    os.symlink("real.md", tmp_path / "link.md")
+    res = CliRunner().invoke(cli, ["table", str(workdir / "store.sqlite"), "--out", str(tmp_path / "link.md")])
+    assert res.exit_code == 0, res.output
+    assert os.path.islink(tmp_path / "link.md") and (tmp_path / "real.md").read_text().startswith("| scheme")
+
+
+def test_bound_users_beyond_the_memory_limit_or_exact_floats_are_refused_before_allocating(workdir, monkeypatch):
+    monkeypatch.setenv("OTAFL_MEMORY_LIMIT_GB", "8")  # --memory-limit sets it in this process: undone at the end
+    _assert_refused(workdir, monkeypatch, ["--memory-limit", "1", "bound", "--users", "100000000000000",
+                                           "--accountant", "tight"], "users = 100000000000000 with the tight")
+    _assert_refused(workdir, monkeypatch, ["bound", "--users", "100000000000000000000", "--accountant", "exact"],
+                    "users = 100000000000000000000 is outside the allowed range [1, 9.0072e+15]")
+    _assert_refused(workdir, monkeypatch, ["audit", "--users", "100000000000000", "--samples", "10"],
+                    "users = 100000000000000 is outside the allowed range [1, 1e+12]")
+
+
+def test_a_results_file_replaced_during_a_sweep_keeps_its_content_and_gets_none_of_our_wal(tmp_path, monkeypatch):
+    import time
+
+    import otafl.sweep.executor as executor
+    from otafl.sweep.store import open_store, read_store
+
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    db = tmp_path / "r.sqlite"
+    open_store(tmp_path / "other.sqlite").close()  # an empty results file of another sweep
+    real, calls, seen = executor.run_point, [], []
+
+    def run_and_replace(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            os.replace(tmp_path / "other.sqlite", db)
+            time.sleep(1.0)  # the sweep's watch removes its -wal and -shm well before its next commit
+            seen.append(sorted(p.name for p in tmp_path.iterdir()))
+            with read_store(db) as store:  # a reader meanwhile sees the new file, not our runs
+                seen.append(store.count())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(executor, "run_point", run_and_replace)
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 2 and "was replaced during the sweep" in res.stderr, res.output
+    assert seen == [["r.sqlite", "s.toml"], 0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.sqlite", "s.toml"]
+    with read_store(db) as store:
+        assert store.count() == 0
+
+
+def test_a_replaced_store_is_never_deleted_as_the_sweeps_own_empty_file(tmp_path, monkeypatch):
+    import otafl.sweep.executor as executor
+    from otafl.sweep.store import open_store, read_store
+
+    (tmp_path / "s.toml").write_text(SWEEP8)
+    db = tmp_path / "r.sqlite"
+    open_store(tmp_path / "other.sqlite").close()
+    real = executor.run_point
+
+    def replace_first(*a, **kw):  # before the sweep's first result: it would discard its empty file
+        os.replace(tmp_path / "other.sqlite", db)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(executor, "run_point", replace_first)
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(db), "--workers", "0", "--quiet"])
+    assert res.exit_code == 2 and "was replaced" in res.stderr, res.output
+    with read_store(db) as store:
+        assert store.count() == 0
+
+
+def test_sgd_with_a_learning_rate_beyond_float32_is_refused(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "train.optimizer='sgd'", "--set",
+                                           "train.lr=1e39", "--out", "r"],
+                    "train.lr = 1e+39 is outside the allowed range (0, 3.40282e+38] for train.optimizer = 'sgd'")
+
+
+def test_a_store_in_a_read_only_folder_prints_its_table(workdir, tmp_path):
+    import shutil
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    shutil.copy(workdir / "store.sqlite", ro / "store.sqlite")
+    mounted = subprocess.run(["mount", "--bind", str(ro), str(ro)], capture_output=True).returncode == 0
+    if not mounted:
+        if os.geteuid() == 0:
+            pytest.skip("cannot bind-mount a read-only folder here")
+        ro.chmod(0o555)  # not root: a folder without write permission
+    try:
+        if mounted and subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only here")
+        assert not os.access(ro, os.W_OK)
+        res = CliRunner().invoke(cli, ["table", str(ro / "store.sqlite")])
+        assert res.exit_code == 0 and res.stdout.startswith("| scheme"), res.output
+        assert sorted(p.name for p in ro.iterdir()) == ["store.sqlite"]
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(ro)], check=True)
+        else:
+            ro.chmod(0o755)
+
+
+def test_a_negative_synthetic_size_is_named_by_its_spec_key(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "data.samples=-1"],
+                    "data.samples = -1 is outside the allowed range [20, inf)")
+
+
+def test_a_synthetic_data_set_over_the_memory_limit_is_refused_before_it_is_drawn(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "data.samples=10000000000"],
+                    "data.samples = 10000000000 (the synthetic data set) needs about 3.2 TiB, over the memory limit")
+
+
+def test_digital_bits_bound_the_users_of_digital_runs_only(monkeypatch):
+    from otafl.config import load_spec
+    from otafl.errors import OtaflInputError
+
+    monkeypatch.delenv("OTAFL_MEMORY_LIMIT_GB", raising=False)
+
+    big = ["data.name='synthetic'", "data.users=40000", "data.samples=100000"]
+    assert load_spec(None, big).data.users == 40000  # over the air: digital.bits is not used
+    assert load_spec(str(Path(__file__).resolve().parents[1] / "experiments" / "large-k.toml"),
+                     ["data.users=50000", "data.samples=200000"]).data.users == 50000
+    with pytest.raises(OtaflInputError, match=r"digital.bits = 16 is outside the allowed range for skellam"):
+        load_spec(None, big + ["train.aggregation='digital'", "privacy.accountants=['digital']"])
+
+
+def test_deeply_nested_values_are_one_line_not_a_recursion_error(workdir, monkeypatch, tmp_path):
+    deep = "[" * 5000 + "]" * 5000
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", f"data.name={deep}"],
+                    "--set data.name: the value nests lists or tables too deeply")
+    (tmp_path / "deep.toml").write_text(f"[data]\nname = {deep}\n")
+    _assert_refused(tmp_path, monkeypatch, ["run", "deep.toml"], "lists or tables nested too deeply")
+
+
+def test_digital_scale_and_theta_beyond_float_range_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "d.toml").write_text(DIGITAL)
+    _assert_refused(tmp_path, monkeypatch, ["run", "d.toml", "--set", "digital.scale=1e300"],
+                    "digital.scale = 1e+300 is outside the allowed range [1e-30, 1e+30]")
+    _assert_refused(tmp_path, monkeypatch, ["run", "d.toml", "--set", "digital.mechanism='pbm'", "--set",
+                                            "digital.theta=1e-300"],
+                    "digital.theta = 1e-300 is outside the allowed range [1e-30, 0.5)")
+    _assert_refused(tmp_path, monkeypatch, ["run", "d.toml", "--set", "digital.sigma2=1e300"],
+                    "digital.sigma2 = 1e+300 is outside the allowed range 0 or [1e-30, 1e+30]")
+
+
+def test_calibrate_write_with_a_name_too_long_is_refused_before_the_search(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["calibrate", "spec.toml", "--target-epsilon", "100", "--solve",
+                                           "train.rounds", "--write", "x" * 300 + ".toml"],
+                    "has a name of 305 bytes, over the limit of 255")
+
+
+def test_a_sweep_into_a_device_node_creates_nothing_beside_it(tmp_path):
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    _node(tmp_path / "n", "char")
+    _refused_here(tmp_path, ["sweep", "sweep.toml", "--out", "n", "--workers", "0"],
+                  "results file 'n' exists and is a character device")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n", "sweep.toml"]
+
+
+def test_a_store_with_a_damaged_row_is_refused_in_one_line(workdir, tmp_path):
+    import shutil
+    import sqlite3
+
+    for name, value in (("json.sqlite", "'{x'"), ("utf8.sqlite", "cast(x'7bff22' as text)"),
+                        ("list.sqlite", "'[1, 2]'")):
+        shutil.copy(workdir / "store.sqlite", tmp_path / name)
+        with contextlib.closing(sqlite3.connect(tmp_path / name)) as conn, conn:
+            conn.execute(f"UPDATE runs SET params = {value} WHERE rowid = 1")
+        for args in (["table", name], ["plot", name, "--kind", "accuracy", "--out", "f.png"]):
+            _refused_here(tmp_path, args, f"results file '{name}' is damaged (")
+    assert not (tmp_path / "f.png").exists()
+
+
+def _signal_otafl(tmp_path, args, sig, ready, settle=0.5):
+    import subprocess
+    import sys
+    import time
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "otafl", *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    time.sleep(settle)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    return proc.returncode, proc.stderr.read()
+
+
+def test_ctrl_c_of_a_run_is_one_line_exit_130_and_leaves_no_folder(tmp_path):
+    import signal
+
+    (tmp_path / "spec.toml").write_text(SPEC.replace("rounds = 2", "rounds = 100000"))
+    code, err = _signal_otafl(tmp_path, ["run", "spec.toml", "--out", "r", "--quiet"], signal.SIGINT,
+                              lambda: any(p.name.startswith(".r.partial-") for p in tmp_path.iterdir()))
+    assert code == 130 and err.strip().splitlines() == ["error: interrupted; no results written to r"], (code, err)
+    assert not (tmp_path / "r").exists()
+
+
+def _running(db: Path) -> bool:
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
+SWEEP_LONG = SPEC.replace("rounds = 2", "rounds = 100000") + '[sweep]\nseeds = [0]\n[sweep.axes]\n"sampling.p" = [0.5, 0.9]\n'
+
+
+@pytest.mark.parametrize("executor", ["process", pytest.param("ray", marks=pytest.mark.slow)])
+def test_sigterm_of_a_sweep_is_one_line_exit_143_and_keeps_the_store(tmp_path, executor):
+    import signal
+
+    if executor == "ray":
+        pytest.importorskip("ray")
+    (tmp_path / "s.toml").write_text(SWEEP_LONG)
+    db = tmp_path / "r.sqlite"
+    code, err = _signal_otafl(tmp_path, ["sweep", "s.toml", "--out", "r.sqlite", "--workers", "2", "--quiet",
+                                         "--executor", executor], signal.SIGTERM, lambda: _running(db), settle=1.0)
+    assert code == 143 and err.strip().splitlines() == [
+        "error: terminated by SIGTERM; finished runs are in r.sqlite, rerun with --resume"], (code, err)
+    assert _running(db)  # its runs in flight stay `running` for --resume

@@ -68,6 +68,11 @@ def _audit_batches(spec: RoundSpec, eps: torch.Tensor, *, samples: int, generato
     return total_y / samples, lower, upper, hits
 
 
+#: Largest K an audit draws for: its participant counts come from a window of ~7 sqrt(K)
+#: categories, and torch.multinomial takes at most 2^24 (K = 10^12: 7 10^6).
+MAX_AUDIT_USERS = 1e12
+
+
 def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[float],
                clip: Sequence[float], snr_db: Sequence[float], accountants: Sequence[str] = DEFAULT_ACCOUNTANTS,
                samples: int, seed: int = 0, delta_l: float = 1e-5, delta_prime: float | str = "auto",
@@ -110,6 +115,8 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     accountants = check_accountants(accountants)
     check_range("samples", samples, lo=1)
     check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
+    for value in users:  # the draws pick a count from a window of ~7 sqrt(K) (torch.multinomial: < 2^24)
+        check_range("users", value, lo=1, hi=MAX_AUDIT_USERS)
     grid_points = math.prod(len(axis) for axis in (users, p, sigma2, clip, snr_db))
     horizons_n = 1 + (rounds is not None)
     check_draws(f"{grid_points} grid points x {2 if scope == 'both' else 1} scopes x {horizons_n} horizons x "

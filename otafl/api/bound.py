@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import torch
 
 from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
-from otafl.limits import MAX_EXACT_INT, bound_bytes, check_memory
+from otafl.limits import COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_memory, count_window_bytes
 from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import (
@@ -333,7 +333,11 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     else:
         n0 = 1.0 if n0 is None else n0
     for value in users:
-        check_range("users", value, lo=1)
+        check_range("users", value, lo=1, hi=MAX_EXACT_INT)
+    window = [a for a in accountants if a in COUNT_WINDOW_ACCOUNTANTS]
+    if window and users:
+        check_memory(f"users = {max(users)} with the {window[0]} accountant (its participant-count window)",
+                     count_window_bytes(max(users), delta_prime))
     check_scale("n0", n0, zero=True)
 
     shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))

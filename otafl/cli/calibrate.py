@@ -68,6 +68,10 @@ def calibrate(spec, target_epsilon, knob, target_delta, accountant, scope, grid_
 
     overrides = list(overrides) + ([f"train.seed={seed}"] if seed is not None else [])
     cfg = load_spec(spec, overrides)
+    if write_path is not None:
+        from otafl.results import output_target
+
+        output_target(write_path, "--write")  # a name over 255 bytes, a device node: refused before the work
     if write_path is not None and Path(write_path).exists() and not overwrite:
         raise OtaflInputError(f"--write {write_path!r} exists; pass --overwrite to replace it")
     bounds = None

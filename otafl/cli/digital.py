@@ -18,8 +18,10 @@ def plot_digital(results, out, no_curves):
     from otafl.errors import OtaflInputError
     from otafl.report.digital_figure import plot_digital as draw
     from otafl.report.text import fmt_sig
+    from otafl.results import output_target
     from otafl.sweep.store import read_store
 
+    output_target(out)  # before the work
     with read_store(results) as store:
         runs = store.runs("done")
     if not runs:

@@ -156,3 +156,34 @@ def echo_result(result: dict, fmt: str, render_table: Callable[[dict], str]) -> 
         click.echo(csv_text(result["rows"]), nl=False)
     else:
         click.echo(render_table(result), nl=False)
+
+
+def forget_caught_interrupt() -> None:
+    """Make ``python -m otafl`` exit with our code 130 after a caught Ctrl-C.
+
+    CPython remembers a KeyboardInterrupt that ended code run through a string
+    ``exec``/``eval`` (for example a dataclass being built by an import the interrupt
+    hit), even after it is caught, and ``python -m`` then ends the process by SIGINT
+    (status -2) instead of with the exit code. Every string ``exec`` clears that memory.
+    """
+    exec("pass")  # noqa: S102 - a constant string
+
+
+def raise_interrupt_on(signum: int, caught: list[int]) -> Callable[[], None]:
+    """Make ``signum`` (SIGTERM) end the command the way Ctrl-C does: the handler records
+    it in ``caught``, ignores any repeat (so the cleanup is not cut short) and raises
+    :class:`KeyboardInterrupt`. Returns the function that restores the previous handler;
+    outside the main thread nothing is installed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(sig, frame):
+        caught.append(sig)
+        signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signum, handler)
+    return lambda: signal.signal(signum, old)

@@ -35,6 +35,7 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     from tqdm import tqdm
 
     from otafl.api.run import run_to_folder
+    from otafl.cli.options import forget_caught_interrupt
     from otafl.config import load_spec
     from otafl.errors import OtaflInputError
     from otafl.report.text import run_text
@@ -63,6 +64,14 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     old = signal.signal(signal.SIGTERM, terminated) if main_thread else None
     try:
         result = run_to_folder(cfg, out_dir, overwrite=overwrite, device=device, on_round=on_round)
+    except KeyboardInterrupt:  # Ctrl-C: cleaned up like SIGTERM (no partial folder), one line, exit 130
+        if main_thread:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        forget_caught_interrupt()
+        for bar in bars:
+            bar.close()
+        click.echo(f"error: interrupted; no results written to {out_dir}", err=True)
+        raise SystemExit(130) from None
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, old)

@@ -84,9 +84,9 @@ def scaling(p, a, sigma2, clip, delta_l, delta_prime, dim, n0, snr_db, k_min, k_
 
     if out is not None and not no_plot:  # a bad --out is refused before the work, not after it
         from otafl.report.plots import check_suffix
-        from otafl.results import check_path_fits
+        from otafl.results import output_target
 
-        check_path_fits(out)
+        output_target(out)
         check_suffix(out)
     bar = None
 

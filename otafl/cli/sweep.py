@@ -9,20 +9,11 @@ from pathlib import Path
 
 import click
 
+from otafl.cli.options import forget_caught_interrupt as _forget_caught_interrupt
+from otafl.cli.options import raise_interrupt_on
 from otafl.device import DEVICES, resolve_device
 from otafl.sweep.executor import DEFAULT_EXECUTOR, EXECUTORS
 from otafl.sweep.grid import DEFAULT_MAX_POINTS
-
-
-def _forget_caught_interrupt() -> None:
-    """Make ``python -m otafl`` exit with our code 130 after a caught Ctrl-C.
-
-    CPython remembers a KeyboardInterrupt that ended code run through a string
-    ``exec``/``eval`` (for example a dataclass being built by an import the interrupt
-    hit), even after it is caught, and ``python -m`` then ends the process by SIGINT
-    (status -2) instead of with the exit code. Every string ``exec`` clears that memory.
-    """
-    exec("pass")  # noqa: S102 - a constant string
 
 
 def check_devices(points, device: str | None) -> None:
@@ -86,6 +77,9 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
         out = os.path.join("runs", f"{Path(spec).stem}.sqlite")
     store = open_store(out, resume=resume, grid=grid_identity(sweep_spec, points))
     interrupted = False
+    terms: list[int] = []  # SIGTERM stops the sweep as Ctrl-C does, with its own line and exit code 143
+    restore_term = raise_interrupt_on(signal.SIGTERM, terms)
+    main_thread = threading.current_thread() is threading.main_thread()
     try:
         try:
             report = run_sweep(store, points, workers=workers, device=device, progress=not quiet,
@@ -95,17 +89,27 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
             raise click.ClickException(str(e)) from None
         except KeyboardInterrupt:
             interrupted = True  # its runs in flight stay `running` for --resume
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: this same line and exit code
+            if main_thread:  # a second Ctrl-C or SIGTERM: this same line and exit code
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
             _forget_caught_interrupt()
+            if terms:
+                click.echo(f"error: terminated by {signal.Signals(terms[0]).name}; finished runs are in {out}, "
+                           f"rerun with --resume", err=True)
+                ctx.exit(128 + terms[0])
             click.echo(f"error: interrupted; finished runs are in {out}, rerun with --resume", err=True)
             ctx.exit(130)
         done = len(points) - len(pending_points(store, points))  # grid points done: never above the grid size
     finally:
-        if interrupted:
-            store.close()
-        else:
-            discard_if_empty(store)  # a sweep that failed before its first result leaves no file
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # closing the file is not cut short
+        try:
+            if interrupted:
+                store.close()
+            else:
+                discard_if_empty(store)  # a sweep that failed before its first result leaves no file
+        finally:
+            restore_term()
     click.echo(f"{report.done} runs done, {report.skipped} skipped (already done), {report.failed} failed "
                f"in {report.wall_seconds:.1f} s; {done} of {report.total} grid points done -> {out}")
     if report.failed:

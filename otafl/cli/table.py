@@ -44,8 +44,10 @@ def table(results, fmt, accountant, columns, group_by, caption, label, out, no_l
     marked '!' (LaTeX: dagger; CSV: the ACC_classic_valid column) and explained in the note.
     """
     from otafl.report.table_format import store_table
-    from otafl.results import atomic_write_text
+    from otafl.results import atomic_write_text, output_target
 
+    if out is not None:
+        output_target(out)  # a device node, FIFO or folder: refused before the work
     keys = [k.strip() for item in group_by for k in item.split(",") if k.strip()] or None
     text, rows = store_table(results, fmt, accountants=accountant, columns=columns, group_by=keys,
                              legend=not no_legend, caption=caption, label=label)

@@ -39,7 +39,9 @@ import atexit
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 from typing import Any, Callable
 
 from otafl.errors import OtaflInputError
@@ -146,7 +148,11 @@ def run_on_ray(store: ResultStore, todo: list[GridPoint], finish: Callable[[Grid
             if address is None:  # our own instance: its processes must not outlive a killed driver
                 guard = Reaper()
                 guard.tree()
+            main = threading.current_thread() is threading.main_thread()
+            on_term = signal.getsignal(signal.SIGTERM) if main else None
             _connect(ray, address, workers)
+            if on_term is not None:  # Ray's core installs a SIGTERM handler that prints a stack dump; keep ours
+                signal.signal(signal.SIGTERM, on_term)
         cap = workers if workers else max(1, int(ray.cluster_resources().get("CPU", 1)))
         task = ray.remote(num_cpus=1, max_retries=0)(_ray_task)
         env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}

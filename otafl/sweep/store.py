@@ -56,23 +56,16 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from otafl.errors import OtaflInputError
 from otafl.results import jsonable, unjson
-from otafl.sweep.durable import StoreLost, check_intact, remove_files
+from otafl.sweep.durable import SideFileWatch, StoreLost, check_intact, inode_of, remove_files, side_inodes
+from otafl.sweep.sqlite_files import (APP_MARKER, _check_header, _check_marker, _connect, _not_ours, _sqlite_error,
+                                      _writer_lock, read_only_folder_without_wal)
 from otafl.sweep.identity import GridIdentity, grid_difference
-
-try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction locking applies
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None
 
 __all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "GridIdentity", "ResultStore", "StoreLost", "StoredRun",
            "discard_if_empty", "open_store", "read_store"]
 
-APP_MARKER = "otafl-sweep"
 SCHEMA_VERSION = 2
-READABLE_SCHEMAS = ("1", "2")  # schema 1: no recorded grid (upgraded to 2 when a sweep resumes it)
 STATUSES = ("running", "done", "failed")
-BUSY_TIMEOUT_MS = 5000
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 FIXED_RUN_COLUMNS = ("id", "params", "train", "point", "status", "error", "started_at", "finished_at", "summary")
 FIXED_ROUND_COLUMNS = ("run_id", "round")
@@ -136,8 +129,17 @@ class ResultStore:
         self._inode = (st.st_dev, st.st_ino) if st is not None else None
         self._run_cols = self._columns("runs")
         self._round_cols = self._columns("rounds")
+        # a writer's -wal and -shm (open now): removed at once should the file be deleted or replaced
+        self._side = side_inodes(path) if self._inode is not None else {}
+        self._watch = SideFileWatch(path, self._inode, self._side) if self._inode is not None else None
+
+    def _stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
     def close(self) -> None:
+        self._stop_watch()
         self.conn.close()
         if self._lock_fd is not None:  # after the connection: closing an fd drops the process's locks
             os.close(self._lock_fd)
@@ -177,7 +179,11 @@ class ResultStore:
         opened (a deleted one is first written back from the open connection)."""
         if self._inode is not None:
             inode, self._inode = self._inode, None  # report once
-            check_intact(self.conn, self.path, inode, lambda: self.count("done"))
+            try:
+                check_intact(self.conn, self.path, inode, lambda: self.count("done"), self._side)
+            except StoreLost as e:
+                self._inode = e.written_back  # the file now at the path is ours only if written back
+                raise
             self._inode = inode
 
     def _columns(self, table: str) -> set[str]:
@@ -312,88 +318,53 @@ class ResultStore:
         if status is not None:
             sql += " WHERE status = ?"
             args = (status,)
-        return [StoredRun(id=int(rid), params=json.loads(params), train=bool(train),
-                          point=json.loads(point) if point else {}, status=st, error=err,
-                          summary=unjson(json.loads(summary)) if summary else {})
-                for rid, params, train, point, st, err, summary in self.conn.execute(sql + " ORDER BY id", args)]
+        with self._damage_is_one_line():
+            rows = self.conn.execute(sql + " ORDER BY id", args).fetchall()
+        out = []
+        for rid, params, train, point, st, err, summary in rows:
+            with self._damage_is_one_line(f"run {rid}"):
+                out.append(StoredRun(id=int(rid), params=_json_object(params, "params"), train=bool(train),
+                                     point=_json_object(point, "point") if point else {}, status=st, error=err,
+                                     summary=unjson(_json_object(summary, "summary")) if summary else {}))
+        return out
 
     def rounds(self, run_id: int) -> list[dict]:
         """The run's per-round rows in round order; NULL (a stored NaN) comes back as NaN."""
-        cur = self.conn.execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY round", (run_id,))
-        names = [d[0] for d in cur.description]
-        return [{n: (math.nan if v is None else v) for n, v in zip(names, row)} for row in cur]
+        with self._damage_is_one_line(f"run {run_id}"):
+            cur = self.conn.execute("SELECT * FROM rounds WHERE run_id = ? ORDER BY round", (run_id,))
+            names = [d[0] for d in cur.description]
+            return [{n: (math.nan if v is None else v) for n, v in zip(names, row)} for row in cur]
+
+    @contextlib.contextmanager
+    def _damage_is_one_line(self, where: str = "") -> Iterator[None]:
+        """A row that cannot be decoded (invalid JSON or UTF-8, a wrong type: a damaged or
+        hand-edited file) refuses the whole file in one line; no row is silently skipped."""
+        try:
+            yield
+        except (ValueError, TypeError, RecursionError, sqlite3.Error) as e:
+            if isinstance(e, OtaflInputError):
+                raise
+            if isinstance(e, sqlite3.Error) and not isinstance(e, (sqlite3.OperationalError, sqlite3.DataError)):
+                raise _sqlite_error(self.path, e, reading=True) from None
+            why = " ".join(str(e).split())[:200]
+            raise OtaflInputError(f"results file {str(self.path)!r} is damaged ({where + ': ' if where else ''}{why}); "
+                                  f"restore it from a copy or rerun the sweep into a new file") from None
 
 
 # --------------------------------------------------------------------------- opening
 
 
-def _not_ours(path: Path, why: str) -> OtaflInputError:
-    return OtaflInputError(f"{str(path)!r} is not an otafl results file ({why}); choose another path")
-
-
-def _sqlite_error(path: Path, e: sqlite3.Error, reading: bool = False) -> OtaflInputError:
-    msg = " ".join(str(e).split())
-    if "locked" in msg or "busy" in msg:
-        return _locked(path)
-    if reading and ("readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk I/O" in msg):
-        return OtaflInputError(f"results file {str(path)!r} cannot be read ({msg}); a store in a read-only folder "
-                               f"needs its -wal and -shm files beside it, or copy it to a writable folder")
-    if "full" in msg:
-        return OtaflInputError(f"results file {str(path)!r} cannot be written ({msg}); free some space or "
-                               f"choose another --out path")
-    if "readonly" in msg or "read-only" in msg or "unable to open" in msg or "disk I/O" in msg:
-        return OtaflInputError(f"results file {str(path)!r} cannot be written ({msg}); check its permissions "
-                               f"and free space, or choose another --out path")
-    if "not a database" in msg or "malformed" in msg or "encrypted" in msg:
-        return _not_ours(path, msg)
-    return OtaflInputError(f"results file {str(path)!r}: {msg}")
-
-
-def _locked(path: Path) -> OtaflInputError:
-    return OtaflInputError(f"results file {str(path)!r} is locked by another process (another sweep writing "
-                           f"it?); wait for it to finish or choose another --out path")
-
-
-def _check_header(path: Path) -> None:
-    with path.open("rb") as fh:
-        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-            raise _not_ours(path, "it is not an SQLite database")
-
-
-def _check_marker(path: Path, conn: sqlite3.Connection) -> None:
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "meta" not in tables:
-        raise _not_ours(path, "it has no otafl 'meta' table" if tables else "it is an empty SQLite database")
-    meta = dict(conn.execute("SELECT key, value FROM meta"))
-    if meta.get("app") != APP_MARKER:
-        raise _not_ours(path, f"its meta table says app = {meta.get('app')!r}, expected {APP_MARKER!r}")
-    if meta.get("schema") not in READABLE_SCHEMAS:
-        raise OtaflInputError(f"{str(path)!r} uses results schema {meta.get('schema')!r}; this otafl reads "
-                              f"schema {' and '.join(READABLE_SCHEMAS)}")
-    missing = sorted({"runs", "rounds"} - tables | ({"grid"} - tables if meta.get("schema") == "2" else set()))
-    if missing:
-        raise _not_ours(path, f"table {missing[0]!r} is missing")
-
-
-def _connect(path: Path, mode: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"file:{path.resolve()}?mode={mode}", uri=True,
-                           timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)  # explicit BEGIN/COMMIT
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA foreign_keys = ON")
-    return conn
-
-
-def _writer_lock(path: Path) -> int | None:
-    """Take the sweep-lifetime advisory lock on the results file; raise if another holds it."""
-    if fcntl is None:  # pragma: no cover
-        return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _json_object(text: Any, column: str) -> Any:
+    """A JSON object column's value; a ValueError naming the column if it is not one."""
+    if not isinstance(text, str):
+        raise ValueError(f"{column} is {type(text).__name__}, not JSON text")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise _locked(path) from None
-    return fd
+        value = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"{column} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{column} is a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | None = None) -> ResultStore:
@@ -407,12 +378,13 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
     is a folder, a file that is not an otafl results file, one locked by another sweep, or
     one that cannot be written: one-line :class:`OtaflInputError`.
     """
-    from otafl.results import check_path_fits
+    from otafl.results import check_path_fits, output_target
 
     check_path_fits(path, "results file")
     p = Path(path)
     if p.is_dir():
         raise OtaflInputError(f"results path {str(p)!r} is a folder; give a file name such as results.sqlite")
+    p = output_target(p, "results file")  # too long, a device node, a FIFO: refused before anything is made
     if p.is_file() and p.stat().st_size > 0:
         if not os.access(p, os.R_OK):
             raise OtaflInputError(f"results file {str(p)!r} cannot be read (permission denied)")
@@ -427,7 +399,7 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
                               f"choose another --out path")
     created = not p.exists()
     lock_fd = _writer_lock(p)
-    conn = None
+    conn = store = None
     try:
         conn = _connect(p, "rwc")
         conn.execute("BEGIN IMMEDIATE")
@@ -448,11 +420,12 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
                                   f"that sweep, or choose another --out path")
         if grid is not None:
             store.record_grid(grid)
-    except sqlite3.Error as e:
+    except BaseException as e:
+        if store is not None:
+            store._stop_watch()
         _close(conn, lock_fd, p if created else None)
-        raise _sqlite_error(p, e) from None
-    except BaseException:
-        _close(conn, lock_fd, p if created else None)
+        if isinstance(e, sqlite3.Error):
+            raise _sqlite_error(p, e) from None
         raise
     store.created = created
     return store
@@ -469,9 +442,11 @@ def _close(conn: sqlite3.Connection | None, lock_fd: int | None, remove: Path | 
 
 
 def discard_if_empty(store: ResultStore) -> bool:
-    """Close ``store``; delete its file if this sweep created it and finished no run."""
+    """Close ``store``; delete its file if this sweep created it and finished no run (and the
+    file at its path is still that one: a file that replaced it is never deleted)."""
     empty = False
-    if getattr(store, "created", False):
+    store._stop_watch()
+    if getattr(store, "created", False) and store._inode is not None and inode_of(store.path) == store._inode:
         with contextlib.suppress(sqlite3.Error):
             empty = store.count("done") + store.count("failed") == 0
     _close(store.conn, store._lock_fd, store.path if empty else None)
@@ -482,17 +457,29 @@ def discard_if_empty(store: ResultStore) -> bool:
 def read_store(path: str | Path) -> ResultStore:
     """Open a results file for reading (``otafl table``, ``otafl plot``); works during a sweep."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise OtaflInputError(f"results file {str(p)!r} does not exist")
+    if not p.is_file():
+        raise _not_ours(p, "it is a folder" if p.is_dir() else "it is not a regular file")
     if p.stat().st_size == 0:
         raise _not_ours(p, "it is empty")
     _check_header(p)
     conn = None
     try:
         # mode=ro cannot open a WAL database whose -shm is missing in a read-only folder; rw
-        # is used where the folder allows it, and the reader issues no writes.
-        conn = _connect(p, "rw" if os.access(p.resolve().parent, os.W_OK) and os.access(p, os.W_OK) else "ro")
-        _check_marker(p, conn)
+        # is used where the folder allows it, and the reader issues no writes. In a read-only
+        # folder without a WAL (a copied or archived store) the file is read as immutable.
+        mode = "rw" if os.access(p.resolve().parent, os.W_OK) and os.access(p, os.W_OK) else "ro"
+        try:
+            conn = _connect(p, mode)
+            _check_marker(p, conn)
+        except sqlite3.Error:
+            if mode == "rw" or not read_only_folder_without_wal(p):
+                raise
+            _close(conn, None)
+            conn = None
+            conn = _connect(p, "ro", immutable=True)
+            _check_marker(p, conn)
         return ResultStore(p, conn)
     except sqlite3.Error as e:
         _close(conn, None)

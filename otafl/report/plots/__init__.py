@@ -41,7 +41,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from otafl.errors import OtaflInputError
-from otafl.results import atomic_write_bytes
+from otafl.results import atomic_write_bytes, output_target
 from otafl.report.plots.channel import CHANNEL_WINDOW, channel_figure, regenerate_gains
 from otafl.report.plots.common import center_suptitle, split_facets
 from otafl.report.plots.kinds import ACCOUNTANT_STYLE, accuracy_figure, privacy_figure, tradeoff_figure
@@ -144,6 +144,7 @@ def plot_results(results: str | Path, kind: str, out: str | Path, *, group_by: S
     from otafl.sweep.store import read_store
 
     check_suffix(out)
+    output_target(out)  # refused before the work: a device node, FIFO or folder is never replaced
     with read_store(results) as store:
         fig = make_figure(store, kind, group_by=group_by, accountant=accountant, facet=facet, epsilon=epsilon, x=x)
     return save_figure(fig, out)
