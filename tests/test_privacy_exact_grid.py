@@ -72,3 +72,30 @@ def test_bound_at_one_hundred_thousand_users_is_the_subsampled_gaussian_composit
     ours = er.compose_exact_rounds(er.run_row_keys(facts, "central"), delta_target=(T + 1) * 1e-5)["epsilon"]
     ref = _reference(0.5, [0.5 * K * 0.1] * T, (T + 1) * 1e-5)
     assert abs(ours / ref - 1) <= 0.02
+
+
+def test_the_others_count_law_stays_exact_up_to_the_window_limit_so_eq5_applies_at_large_k():
+    from otafl.privacy.analysis.count_law import total_count_law
+
+    p = torch.tensor([0.5], dtype=F64)
+    law = er._law(("binom", 9_999, 0.5), 1e-12)  # K = 10^4: a window of ~700 counts, kept exact
+    assert torch.equal(law.n_first, law.n_last) and total_count_law(law, p) is not None
+    assert law.n_first.shape[1] <= er.EXACT_WINDOW
+    wide = er._law(("binom", 10_000_000, 0.5), 1e-12)  # K = 10^7: ~25,000 counts, lumped into blocks
+    assert not torch.equal(wide.n_first, wide.n_last) and total_count_law(wide, p) is None
+
+
+def test_distinct_fading_rows_are_evaluated_in_a_few_batched_groups_with_no_looser_totals(monkeypatch):
+    import otafl.privacy.analysis.pld as pld
+
+    rng = np.random.default_rng(3)
+    gains = np.sqrt(rng.exponential(size=40)).clip(0.05, None)  # 40 distinct rounds, reaches over decades
+    facts = [uniform_facts(20, 0.5, 0.0, float(c), 4.0, 2.0, 10) for c in gains]
+    calls = []
+    real = pld.round_profile
+    monkeypatch.setattr(pld, "round_profile", lambda eps, spec, **kw: calls.append(eps.numel()) or real(eps, spec, **kw))
+    keys = er.run_row_keys(facts, "central")
+    ours = er.compose_exact_rounds(keys, delta_target=41e-5)["epsilon"]
+    assert len(calls) <= 8 < len(set(keys))  # power-of-two strides: a few groups, not one call per row
+    ref = _reference(0.5, [4.0 / c ** 2 for c in gains], 41e-5)
+    assert ref * (1 - 1e-3) <= ours <= ref * 1.02

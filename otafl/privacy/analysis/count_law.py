@@ -53,17 +53,19 @@ class CountLaw:
 
 
 def _law_from_windows(starts: list[int], windows: list[torch.Tensor], dropped: torch.Tensor,
-                      block_rel_width: float) -> CountLaw:
+                      block_rel_width: float, exact_window: int = 0) -> CountLaw:
     """CountLaw from per-row windows: row b has P(n = starts[b] + i) = windows[b][i].
 
     Inside a window n is exact up to n = 1 / block_rel_width; beyond, consecutive n are
-    lumped into blocks of width floor(block_rel_width * n) (safe by monotonicity in n).
+    lumped into blocks of width floor(block_rel_width * n) (safe by monotonicity in n),
+    unless the window holds at most ``exact_window`` counts (then it stays exact: a law
+    with blocks has no total-count view, eq. (5)).
     """
     dev = dropped.device
     rows = []
     for lb, pw in zip(starts, windows):
         hb = lb + len(pw) - 1
-        if block_rel_width * hb < 1.0:
+        if block_rel_width * hb < 1.0 or len(pw) <= exact_window:
             n = torch.arange(lb, hb + 1, dtype=_DT, device=dev)
             rows.append((n, n, pw))
             continue
@@ -88,7 +90,7 @@ def _law_from_windows(starts: list[int], windows: list[torch.Tensor], dropped: t
                     dropped=dropped.clamp(min=0.0))
 
 
-def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float) -> CountLaw:
+def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float, exact_window: int = 0) -> CountLaw:
     """Window each row of ``pmf`` [B, M] to all but ``tail_mass`` and lump into blocks.
 
     The window of row b is [lo_b, hi_b] with P(n < lo_b) <= tail_mass / 2 and
@@ -109,11 +111,11 @@ def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float) -> Co
     above = torch.where(hi + 1 < M, sf.gather(1, (hi + 1).clamp(max=M - 1)[:, None])[:, 0], zero)
     starts = lo.tolist()
     windows = [pmf[b, lb:hb + 1] for b, (lb, hb) in enumerate(zip(starts, hi.tolist()))]
-    return _law_from_windows(starts, windows, below + above, block_rel_width)
+    return _law_from_windows(starts, windows, below + above, block_rel_width, exact_window)
 
 
 def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
-                       tail_mass=1e-12, block_rel_width: float = 1e-3) -> CountLaw:
+                       tail_mass=1e-12, block_rel_width: float = 1e-3, exact_window: int = 0) -> CountLaw:
     """Law of n ~ Binomial(num_others, p) for uniform participation, without users.
 
     Only the window [ppf(tail/2), isf(tail/2)] is materialised; its pmf and the two tail
@@ -126,6 +128,7 @@ def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
     num_others : int or [B] integer tensor, K - 1 >= 0.
     tail_mass : float or [B]: mass the window may leave out (it is added to delta).
     block_rel_width : blocks n..n + floor(rel n) are lumped (exact below n = 1 / rel).
+    exact_window : a window of at most this many counts is never lumped.
     """
     import numpy as np
     from scipy.stats import binom
@@ -144,7 +147,7 @@ def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
     windows = [torch.as_tensor(binom.pmf(np.arange(lb, hb + 1), n, q), dtype=_DT, device=dev)
                for lb, hb, n, q in zip(lo, hi, N, pn)]
     return _law_from_windows(lo.tolist(), windows,
-                             torch.as_tensor(below + above, dtype=_DT, device=dev), block_rel_width)
+                             torch.as_tensor(below + above, dtype=_DT, device=dev), block_rel_width, exact_window)
 
 
 def poisson_binomial_count_law(others_prob: torch.Tensor, *, tail_mass: float = 1e-12,
@@ -161,9 +164,11 @@ def poisson_binomial_count_law(others_prob: torch.Tensor, *, tail_mass: float = 
     return _blocks_from_pmf(poisson_binomial_pmf(q), tail_mass, block_rel_width)
 
 
-def pmf_count_law(pmf: torch.Tensor, *, tail_mass: float = 1e-12, block_rel_width: float = 1e-3) -> CountLaw:
+def pmf_count_law(pmf: torch.Tensor, *, tail_mass: float = 1e-12, block_rel_width: float = 1e-3,
+                  exact_window: int = 0) -> CountLaw:
     """CountLaw of a given pmf [B, M] of n (as :func:`poisson_binomial_count_law` does with its pmf)."""
-    return _blocks_from_pmf(torch.as_tensor(pmf, dtype=_DT).reshape(-1, pmf.shape[-1]), tail_mass, block_rel_width)
+    return _blocks_from_pmf(torch.as_tensor(pmf, dtype=_DT).reshape(-1, pmf.shape[-1]), tail_mass, block_rel_width,
+                            exact_window)
 
 
 def lump_counts(law: CountLaw, width: int) -> CountLaw:

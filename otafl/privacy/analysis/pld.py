@@ -122,13 +122,17 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
         below = up <= probe_delta
         at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
         up_at = up.gather(1, at[:, None])[:, 0]
-        cand = torch.nonzero(d1_lower(eps[at][:, None])[:, 0] < up_at).reshape(-1)
+        low_at = d1_lower(eps[at][:, None])[:, 0]
+        prev = (at - 1).clamp(min=0)
+        # The epsilon eq. (1) could save at the probe, from eq. (5)'s log-slope there.
+        slope = (torch.log(up[torch.arange(R), prev]) - torch.log(up_at)) / (eps[at] - eps[prev]).clamp(min=1e-300)
+        # Its d = 1 lower bound caps what the d-dimensional eq. (1) can save: rows where even
+        # that saves no more than ``slack`` skip the costly cells (at K = 10^4 most rows).
+        could = torch.log(up_at / low_at) / slope
+        cand = torch.nonzero((low_at < up_at) & ~(could <= slack * eps[at])).reshape(-1)
         if cand.numel():
             d_probe = _others_upper(eps[at[cand]][:, None], spec, cand, grid, max_elements, lump)[:, 0]
-            # The epsilon eq. (1) saves at the probe, from eq. (5)'s log-slope there.
-            prev = (at[cand] - 1).clamp(min=0)
-            slope = (torch.log(up[cand, prev]) - torch.log(up_at[cand])) / (eps[at[cand]] - eps[prev]).clamp(min=1e-300)
-            saved = torch.log(up_at[cand] / d_probe) / slope
+            saved = torch.log(up_at[cand] / d_probe) / slope[cand]
             cand = cand[(d_probe < up_at[cand]) & ~(saved <= slack * eps[at[cand]])]
     if cand.numel():
         sparse = torch.unique(torch.cat([torch.arange(0, E, max(1, stride)), torch.tensor([E - 1])]))
