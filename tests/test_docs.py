@@ -67,7 +67,7 @@ def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quot
 
 @pytest.mark.slow
 def test_every_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    failures = doccheck.check(doccheck.doc_files(), slow=True)
+    failures = doccheck.check(doccheck.doc_files(), slow=True, jobs=2)
     assert failures == [], "\n\n".join(failures)
 
 
@@ -99,3 +99,26 @@ def test_a_python_exec_block_is_compared_with_the_output_block_after_it(tmp_path
     page = "```python exec\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
     assert doccheck.check([_page(tmp_path, page)]) == []
     assert len(doccheck.check([_page(tmp_path, page.replace("answer 42", "answer 41"))])) == 1
+
+
+def test_every_shell_block_of_the_readme_and_the_site_is_run_or_marked_norun():
+    unmarked = [u for path in doccheck.doc_files() for u in doccheck.unmarked_shell_blocks(path)]
+    assert unmarked == []
+
+
+def test_a_norun_block_is_shown_not_run_and_a_bash_block_is_reported(tmp_path):
+    page = _page(tmp_path, "```console norun\n$ false\n```\n\n```bash\notafl run x\n```\n")
+    assert doccheck.check([page], slow=True) == []
+    (bash,) = doccheck.unmarked_shell_blocks(page)
+    assert ":5:" in bash and "bash" in bash
+    quoting = _page(tmp_path, "```console norun\n$ echo 1\n1\n```\n")
+    assert len(doccheck.unmarked_shell_blocks(quoting)) == 1
+
+
+def test_select_runs_only_the_blocks_naming_it_and_update_copies_the_figures(tmp_path, monkeypatch):
+    figures = tmp_path / "figures"
+    monkeypatch.setattr(doccheck, "FIGURES", figures)
+    page = _page(tmp_path, "```console\n$ echo new > figures/f.txt; echo 1\n2\n```\n\n```console\n$ false\n```\n")
+    assert len(doccheck.check([page])) == 2
+    assert doccheck.check([page], select="figures/f.txt", update=True, log=lambda *_: None) == []
+    assert (figures / "f.txt").read_text() == "new\n" and "$ echo new > figures/f.txt; echo 1\n1\n" in page.read_text()
