@@ -122,3 +122,42 @@ def test_select_runs_only_the_blocks_naming_it_and_update_copies_the_figures(tmp
     assert len(doccheck.check([page])) == 2
     assert doccheck.check([page], select="figures/f.txt", update=True, log=lambda *_: None) == []
     assert (figures / "f.txt").read_text() == "new\n" and "$ echo new > figures/f.txt; echo 1\n1\n" in page.read_text()
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page as the site builds them (toc slugs of its headings outside
+    code fences, explicit ``id="..."`` and ``{#...}``)."""
+    import re
+
+    from markdown.extensions.toc import slugify
+
+    found, fence = set(), False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            continue
+        if fence:
+            continue
+        m = re.match(r"^#+\s+(.*?)\s*(\{#([\w-]+)\})?$", line)
+        if m:
+            found.add(m.group(3) or slugify(m.group(1).replace("`", ""), "-"))
+        found.update(re.findall(r'id="([\w-]+)"', line))
+    return found
+
+
+def test_every_docs_reference_in_the_code_and_the_pages_names_a_page_and_an_anchor_that_exist():
+    import re
+
+    pytest.importorskip("markdown")
+    root = doccheck.ROOT
+    ref = re.compile(r"docs/([\w./-]+?\.md)(#[\w-]+)?")
+    files = [root / "README.md", *doccheck.doc_files()]
+    for sub in ("otafl", "tests", "experiments", "lectures", "benchmarks"):
+        files += [p for p in (root / sub).rglob("*") if p.suffix in (".py", ".toml", ".md")]
+    broken = []
+    for f in files:
+        for m in ref.finditer(f.read_text()):
+            page = root / "docs" / m.group(1)
+            if not page.is_file() or (m.group(2) and m.group(2)[1:] not in _anchors(page)):
+                broken.append(f"{f.relative_to(root)}: {m.group(0)}")
+    assert broken == []
