@@ -87,6 +87,12 @@ def test_the_site_builds_strictly_with_every_command_and_the_main_functions(tmp_
     assert all(f"otafl {name}" in cli for name in group.commands)
     api = (site / "reference" / "api" / "index.html").read_text()
     assert all(f in api for f in ("run_experiment", "bound_grid", "audit_grid", "calibrate", "audit_run"))
+    import importlib.util
+
+    if importlib.util.find_spec("marimo"):  # the lectures' HTML exports (lectures/site_export.py)
+        lectures = (site / "lectures" / "index.html").read_text()
+        for nb in ("01_fading_mac", "02_accountants", "03_tradeoff"):
+            assert f'href="{nb}.html"' in lectures and "marimo" in (site / "lectures" / f"{nb}.html").read_text()
 
 
 def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
