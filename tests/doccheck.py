@@ -1,7 +1,8 @@
 """Executable documentation: run every ``console`` block of the README and the site, compare
 what each command prints now with what the page quotes.
 
-A block is a fenced code block whose info string starts with ``console``::
+A block is a fenced code block whose info string starts with ``console``, its options as classes
+(``console {.slow}``: a bare second word would make the site render the block as inline code)::
 
     ```console
     $ otafl bound --users 200 --p 0.5 --accountant exact
@@ -20,16 +21,16 @@ output. Comparison, token by token after splitting on white space:
   matches any number of output lines (timings, paths, progress);
 * the command must exit 0, unless its quoted output has an ``error:`` line.
 
-A ``python exec`` block is run as a script, and an ``output`` block right after it is its
-quoted output (the same comparison). ``console slow`` and ``python exec slow`` blocks run only
-with ``--slow`` (and in ``pytest -m slow``). Commands run with ``bash`` in a scratch folder (one
+A ``python {.exec}`` block is run as a script, and an ``output`` block right after it is its
+quoted output (the same comparison). ``console {.slow}`` and ``python {.exec .slow}`` blocks run
+only with ``--slow`` (and in ``pytest -m slow``). Commands run with ``bash`` in a scratch folder (one
 per page, its blocks in page order) that links ``experiments``, ``channels``, ``lectures`` and
 ``benchmarks`` from the repository and has empty ``runs`` and ``figures``, so that no command
 writes into the checkout; one torch thread (``OTAFL_THREADS=1``), ``MPLBACKEND=Agg``. With
 ``--update`` the figures the commands wrote into the scratch ``figures/`` are copied into the
 repository's ``figures/``: a page's figures are regenerated with its numbers.
 
-A ``console norun`` block is shown and never run; nothing may be quoted under its commands.
+A ``console {.norun}`` block is shown and never run; nothing may be quoted under its commands.
 Such blocks, and only they, hold the commands the check cannot run, each for a reason the page
 states beside it: installing (``pip install``: it changes the environment and needs a package
 index), the test suite itself (``pytest``), servers and interactive sessions (``marimo run``,
@@ -95,7 +96,7 @@ def blocks(path: Path) -> list[Block]:
         if not m:
             i += 1
             continue
-        info, indent = m.group(2).strip().split(), len(m.group(1))
+        info, indent = _info(m.group(2)), len(m.group(1))
         j = i + 1
         while j < len(lines) and not FENCE.match(lines[j]):
             j += 1
@@ -140,10 +141,17 @@ def blocks(path: Path) -> list[Block]:
     return out
 
 
+def _info(text: str) -> list[str]:
+    """A fence's language and its classes: ``console {.slow}`` -> ``["console", "slow"]``."""
+    words = text.replace("{", " ").replace("}", " ").split()
+    return [w.lstrip(".") for w in words if "=" not in w and not w.startswith("#")]
+
+
 def unmarked_shell_blocks(path: Path) -> list[str]:
-    """``FILE:LINE`` of each fenced shell block that is neither run (``console``, ``console slow``)
-    nor marked ``console norun``, and of each ``norun`` block that quotes output under a command
-    (module docstring)."""
+    """``FILE:LINE`` of each fenced shell block that is neither run (``console``, ``console {.slow}``)
+    nor marked ``console {.norun}``, of each ``norun`` block that quotes output under a command
+    (module docstring), and of each fence whose options are bare words (``console slow``: the site
+    renders such a block as inline code and the prose after it as code)."""
     out, lines = [], path.read_text().splitlines()
     i = 0
     while i < len(lines):
@@ -151,16 +159,19 @@ def unmarked_shell_blocks(path: Path) -> list[str]:
         if not m:
             i += 1
             continue
-        info = m.group(2).strip().split()
+        raw, info = m.group(2).strip(), _info(m.group(2))
         j = i + 1
         while j < len(lines) and not FENCE.match(lines[j]):
             j += 1
         body = [ln.strip() for ln in lines[i + 1:j] if ln.strip()]
-        if info and info[0] in SHELL[:-1]:
-            out.append(f"{path}:{i + 1}: ```{info[0]} (use console, console slow or console norun)")
+        if len(raw.split()) > 1 and not re.search(r"\{.*\}|=", raw):
+            out.append(f"{path}:{i + 1}: ```{raw} renders as inline code on the site (write ```{info[0]} "
+                       + "{" + " ".join("." + w for w in info[1:]) + "})")
+        elif info and info[0] in SHELL[:-1]:
+            out.append(f"{path}:{i + 1}: ```{info[0]} (use console, console {{.slow}} or console {{.norun}})")
         elif info[:1] == ["console"] and "norun" in info[1:] and any(
                 not ln.startswith("$ ") and not (k and body[k - 1].endswith("\\")) for k, ln in enumerate(body)):
-            out.append(f"{path}:{i + 1}: a console norun block quotes output nothing checks")
+            out.append(f"{path}:{i + 1}: a console {{.norun}} block quotes output nothing checks")
         elif not info and body and body[0].split()[0] in ("$", "otafl", "python", "python3", "pip", "marimo", "ray"):
             out.append(f"{path}:{i + 1}: commands in an unmarked block")
         i = j + 1
@@ -309,7 +320,7 @@ def doc_files() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md and docs/)")
-    ap.add_argument("--slow", action="store_true", help="also the `console slow` blocks")
+    ap.add_argument("--slow", action="store_true", help="also the `console {.slow}` blocks")
     ap.add_argument("--update", action="store_true",
                     help="rewrite the quoted outputs (and copy the figures written) from fresh runs")
     ap.add_argument("-k", dest="select", metavar="TEXT", help="only the blocks whose commands contain TEXT")

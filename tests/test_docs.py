@@ -102,7 +102,7 @@ def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
 
 
 def test_a_python_exec_block_is_compared_with_the_output_block_after_it(tmp_path):
-    page = "```python exec\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
+    page = "```python {.exec}\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
     assert doccheck.check([_page(tmp_path, page)]) == []
     assert len(doccheck.check([_page(tmp_path, page.replace("answer 42", "answer 41"))])) == 1
 
@@ -113,12 +113,26 @@ def test_every_shell_block_of_the_readme_and_the_site_is_run_or_marked_norun():
 
 
 def test_a_norun_block_is_shown_not_run_and_a_bash_block_is_reported(tmp_path):
-    page = _page(tmp_path, "```console norun\n$ false\n```\n\n```bash\notafl run x\n```\n")
+    page = _page(tmp_path, "```console {.norun}\n$ false\n```\n\n```bash\notafl run x\n```\n")
     assert doccheck.check([page], slow=True) == []
     (bash,) = doccheck.unmarked_shell_blocks(page)
     assert ":5:" in bash and "bash" in bash
-    quoting = _page(tmp_path, "```console norun\n$ echo 1\n1\n```\n")
+    quoting = _page(tmp_path, "```console {.norun}\n$ echo 1\n1\n```\n")
     assert len(doccheck.unmarked_shell_blocks(quoting)) == 1
+
+
+def test_a_fence_with_bare_option_words_is_reported_it_would_render_as_inline_code(tmp_path):
+    import markdown
+
+    bare = "```console slow\n$ echo 1\n1\n```\n\nafter *this*\n"
+    (msg,) = doccheck.unmarked_shell_blocks(_page(tmp_path, bare))
+    assert "console {.slow}" in msg
+    render = markdown.Markdown(extensions=["pymdownx.superfences", "attr_list"]).convert
+    assert "highlight" not in render(bare)  # the damage it does: no code block, its text inline
+    good = bare.replace("console slow", "console {.slow}")
+    assert doccheck.unmarked_shell_blocks(_page(tmp_path, good)) == [] and "highlight" in render(good)
+    (block,) = doccheck.blocks(_page(tmp_path, good))
+    assert block.slow
 
 
 def test_select_runs_only_the_blocks_naming_it_and_update_copies_the_figures(tmp_path, monkeypatch):
