@@ -7,7 +7,8 @@ site's math loads MathJax); producing it needs no network. ``mkdocs.yml`` names 
 hook: ``on_files`` adds ``lectures/0X_....html`` to the site (docs/lectures.md links them), from
 a cache under ``.cache/lectures/`` keyed by the notebook, the otafl sources and marimo's version,
 so that only the first build after a change runs the notebooks (three side by side, about 30 s
-on 2 cores). Without marimo (the ``lectures`` extra) the site is built without them.
+on 2 cores; marimo also leaves its session snapshots in ``lectures/__marimo__/``, ignored by git).
+Without marimo (the ``lectures`` extra) the site is built without them.
 
     python lectures/site_export.py OUT_DIR      # the same exports, into OUT_DIR
 """
