@@ -229,8 +229,12 @@ def run(command: str, cwd: Path, timeout: float = 1800.0) -> tuple[int, list[str
     """The command's exit code and its output as lines: standard output, and of standard error
     the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # a failure of this command, not of the whole check
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return 124, out.splitlines() + [f"(doccheck: timed out after {timeout:.0f} s)"]
     said = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
     return proc.returncode, proc.stdout.splitlines() + said
 

@@ -181,3 +181,8 @@ def test_every_docs_reference_in_the_code_and_the_pages_names_a_page_and_an_anch
             if not page.is_file() or (m.group(2) and m.group(2)[1:] not in _anchors(page)):
                 broken.append(f"{f.relative_to(root)}: {m.group(0)}")
     assert broken == []
+
+
+def test_a_command_that_runs_too_long_fails_alone(monkeypatch):
+    code, lines = doccheck.run("echo started; sleep 5", Path("."), timeout=0.5)
+    assert code == 124 and lines[-1].startswith("(doccheck: timed out")
