@@ -225,7 +225,7 @@ def _scratch() -> Path:
     return tmp
 
 
-def run(command: str, cwd: Path, timeout: float = 1800.0) -> tuple[int, list[str]]:
+def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str]]:
     """The command's exit code and its output as lines: standard output, and of standard error
     the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
