@@ -7,7 +7,7 @@ One secure-aggregation round of n users (everyone takes part), d coordinates, L 
 - gaussian: the per-user variance sigma^2 whose summed Gaussian (analytic, Balle & Wang 2018)
   meets (epsilon, delta); its MSE is d n sigma^2 exactly.
 - pbm at b bits (m = floor((2^b - 1) / n) trials), b in ``--bits``: the noise (theta = "auto",
-  theta <= 1/4) that meets epsilon under the PBM bound (docs/privacy.md#digital), and the MSE
+  theta <= 1/4) that meets epsilon under the PBM bound (docs/privacy/digital.md#digital), and the MSE
   of the decoded sum by Monte Carlo; ``pbm_support_bits`` is the fewest bits whose MSE is
   within 10 % of the best over the grid.
 - skellam: the calibrated sigma^2 and the fewest bits for it (otafl.api.digital.minimal_bits).

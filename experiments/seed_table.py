@@ -3,7 +3,7 @@
 q = 0.1 Poisson sampling, delta = 1e-5; each party's local model is (5, 1e-5)-DP with the per-party
 sigma of the table; N parties' averaged model is accounted by sum-domination as one party of noise
 sigma sqrt(N) (the ``steps-sumdom`` accountant with users = N, p = 1: the source's own accounting,
-NOT a guaranteed bound for S > 1 with several parties, docs/privacy.md#steps). Prints, per row, the
+NOT a guaranteed bound for S > 1 with several parties, docs/privacy/steps.md#steps). Prints, per row, the
 table's epsilon and ``steps-sumdom``'s with the three compositions: RDP with the classic conversion
 (which reproduces the table to two decimals), RDP with the improved conversion, and PLD; and last
 the sound ``steps`` accountant's PLD value of the same mechanism (the co-users' last-step noise

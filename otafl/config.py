@@ -129,7 +129,7 @@ class PrivacySpec:
     accountants: list[str] = field(default_factory=lambda: ["exact"])  # the tightest sound accountant
     delta_l: float = 1e-5  # per-round delta of the Gaussian step
     delta_prime: float | str = "auto"  # auto = 2 exp(-2 mu^2 / K) + 1e-5
-    delta_total: float = 1e-5  # the one delta of every accountant's totals over the run (docs/privacy.md)
+    delta_total: float = 1e-5  # the one delta of every accountant's totals over the run (docs/privacy/index.md)
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ NON_RUN_SECTIONS = ("sweep", "audit")  # read by other modules (otafl.sweep, loa
 
 @dataclass(frozen=True)
 class AuditSpec:
-    """``[audit]``: the end-to-end audit of ``otafl audit-run`` (docs/privacy.md#auditing); not
+    """``[audit]``: the end-to-end audit of ``otafl audit-run`` (docs/privacy/auditing.md#auditing); not
     part of a run's :class:`Spec` (a run ignores it)."""
 
     co_users: str = "null"  # null | noise-cancelling (local steps with q = 1)
@@ -327,7 +327,7 @@ def spec_from_mapping(raw: Mapping[str, Any], *, base_dir: Path | None = None,
 
 
 def with_steps_accountant(spec: Spec) -> Spec:
-    """Local-steps algorithms are accounted by ``steps`` (docs/privacy.md#steps): add it to
+    """Local-steps algorithms are accounted by ``steps`` (docs/privacy/steps.md#steps): add it to
     ``privacy.accountants`` when the spec does not list it."""
     accountants = as_list(spec.privacy.accountants)
     if spec.train.algorithm == "fedsgd" or "steps" in accountants:

@@ -261,7 +261,7 @@ MAX_AUDIT_TRIALS = 10_000_000
 
 
 def validate_audit(spec: Spec, audit) -> None:
-    """The ``[audit]`` section of ``otafl audit-run`` against its run spec (docs/privacy.md#auditing)."""
+    """The ``[audit]`` section of ``otafl audit-run`` against its run spec (docs/privacy/auditing.md#auditing)."""
     from otafl.fl.least_squares import CO_USERS
 
     _names("audit.co_users", audit.co_users, CO_USERS)

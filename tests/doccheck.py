@@ -1,7 +1,8 @@
 """Executable documentation: run every ``console`` block of the README and the site, compare
 what each command prints now with what the page quotes.
 
-A block is a fenced code block whose info string starts with ``console``::
+A block is a fenced code block whose info string starts with ``console``, its options as classes
+(``console {.slow}``: a bare second word would make the site render the block as inline code)::
 
     ```console
     $ otafl bound --users 200 --p 0.5 --accountant exact
@@ -20,15 +21,30 @@ output. Comparison, token by token after splitting on white space:
   matches any number of output lines (timings, paths, progress);
 * the command must exit 0, unless its quoted output has an ``error:`` line.
 
-A ``python exec`` block is run as a script, and an ``output`` block right after it is its
-quoted output (the same comparison). ``console slow`` and ``python exec slow`` blocks run only with ``--slow`` (and in ``pytest -m slow``). Commands run
-with ``bash`` in a scratch folder that links ``experiments``, ``channels``, ``lectures`` and
+A ``python {.exec}`` block is run as a script, and an ``output`` block right after it is its
+quoted output (the same comparison). ``console {.slow}`` and ``python {.exec .slow}`` blocks run
+only with ``--slow`` (and in ``pytest -m slow``). Commands run with ``bash`` in a scratch folder (one
+per page, its blocks in page order) that links ``experiments``, ``channels``, ``lectures`` and
 ``benchmarks`` from the repository and has empty ``runs`` and ``figures``, so that no command
-writes into the checkout; one torch thread (``OTAFL_THREADS=1``), ``MPLBACKEND=Agg``.
+writes into the checkout; one torch thread (``OTAFL_THREADS=1``), ``MPLBACKEND=Agg``. With
+``--update`` the figures the commands wrote into the scratch ``figures/`` are copied into the
+repository's ``figures/``: a page's figures are regenerated with its numbers.
 
-    python tests/doccheck.py                 # check README.md and docs/ (fast blocks)
-    python tests/doccheck.py --slow          # all blocks
-    python tests/doccheck.py --update FILE   # rewrite FILE's quoted outputs from fresh runs
+A ``console {.norun}`` block is shown and never run; nothing may be quoted under its commands.
+Such blocks, and only they, hold the commands the check cannot run, each for a reason the page
+states beside it: installing (``pip install``: it changes the environment and needs a package
+index), the test suite itself (``pytest``), servers and interactive sessions (``marimo run``,
+``marimo edit``, ``mkdocs serve``), a Ray cluster (``ray start`` on several machines) and the
+benchmarks, whose figures are timings of one machine (ratios of timings move with the load and
+the CPU, so a tolerance would make the check flaky, not honest; what the benchmarks assert, the
+round against the per-user loop, is in the test suite). Plain ``bash`` or ``sh`` blocks are not
+allowed on the pages (:func:`unmarked_shell_blocks`): a command is run or says why not.
+
+    python tests/doccheck.py                   # check README.md and docs/ (fast blocks)
+    python tests/doccheck.py --slow --jobs 2   # all blocks, two pages at a time
+    python tests/doccheck.py --update FILE     # rewrite FILE's quoted outputs (and figures) from fresh runs
+    python tests/doccheck.py --update -k paper-table2a docs/guides/sweeps.md   # only blocks naming it
+    python tests/doccheck.py --slow --times    # each command's wall time
 """
 
 from __future__ import annotations
@@ -40,6 +56,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,8 +66,11 @@ REL_TOL = 5e-3
 """Relative tolerance of a quoted number (the one stated in docs/index.md)."""
 ABS_TOL = 1e-9
 LINKED = ("experiments", "channels", "lectures", "benchmarks")
+FIGURES = ROOT / "figures"
+"""Where ``--update`` copies the figures the commands wrote."""
 NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)([%!?,;:)\]]*)$")
 FENCE = re.compile(r"^(\s*)```(.*)$")
+SHELL = ("bash", "sh", "shell", "zsh", "console")
 
 
 @dataclass
@@ -75,7 +96,7 @@ def blocks(path: Path) -> list[Block]:
         if not m:
             i += 1
             continue
-        info, indent = m.group(2).strip().split(), len(m.group(1))
+        info, indent = _info(m.group(2)), len(m.group(1))
         j = i + 1
         while j < len(lines) and not FENCE.match(lines[j]):
             j += 1
@@ -97,7 +118,7 @@ def blocks(path: Path) -> list[Block]:
             block.commands.append(Command("python - <<'OTAFL_DOC_EOF'\n" + "\n".join(code) + "\nOTAFL_DOC_EOF",
                                           expected, span))
             out.append(block)
-        elif info and info[0] == "console":
+        elif info and info[0] == "console" and "norun" not in info[1:]:
             block = Block(path, slow="slow" in info[1:])
             k = i + 1
             while k < j:
@@ -116,6 +137,43 @@ def blocks(path: Path) -> list[Block]:
                 block.commands.append(Command(text.strip(), [ln[indent:] for ln in lines[start:stop]], (start, stop)))
                 k = stop
             out.append(block)
+        i = j + 1
+    return out
+
+
+def _info(text: str) -> list[str]:
+    """A fence's language and its classes: ``console {.slow}`` -> ``["console", "slow"]``."""
+    words = text.replace("{", " ").replace("}", " ").split()
+    return [w.lstrip(".") for w in words if "=" not in w and not w.startswith("#")]
+
+
+def unmarked_shell_blocks(path: Path) -> list[str]:
+    """``FILE:LINE`` of each fenced shell block that is neither run (``console``, ``console {.slow}``)
+    nor marked ``console {.norun}``, of each ``norun`` block that quotes output under a command
+    (module docstring), and of each fence whose options are bare words (``console slow``: the site
+    renders such a block as inline code and the prose after it as code)."""
+    out, lines = [], path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        raw, info = m.group(2).strip(), _info(m.group(2))
+        j = i + 1
+        while j < len(lines) and not FENCE.match(lines[j]):
+            j += 1
+        body = [ln.strip() for ln in lines[i + 1:j] if ln.strip()]
+        if len(raw.split()) > 1 and not re.search(r"\{.*\}|=", raw):
+            out.append(f"{path}:{i + 1}: ```{raw} renders as inline code on the site (write ```{info[0]} "
+                       + "{" + " ".join("." + w for w in info[1:]) + "})")
+        elif info and info[0] in SHELL[:-1]:
+            out.append(f"{path}:{i + 1}: ```{info[0]} (use console, console {{.slow}} or console {{.norun}})")
+        elif info[:1] == ["console"] and "norun" in info[1:] and any(
+                not ln.startswith("$ ") and not (k and body[k - 1].endswith("\\")) for k, ln in enumerate(body)):
+            out.append(f"{path}:{i + 1}: a console {{.norun}} block quotes output nothing checks")
+        elif not info and body and body[0].split()[0] in ("$", "otafl", "python", "python3", "pip", "marimo", "ray"):
+            out.append(f"{path}:{i + 1}: commands in an unmarked block")
         i = j + 1
     return out
 
@@ -167,43 +225,74 @@ def _scratch() -> Path:
     return tmp
 
 
-def run(command: str, cwd: Path, timeout: float = 1800.0) -> tuple[int, list[str]]:
+def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str]]:
     """The command's exit code and its output as lines: standard output, and of standard error
     the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # a failure of this command, not of the whole check
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return 124, out.splitlines() + [f"(doccheck: timed out after {timeout:.0f} s)"]
     said = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
     return proc.returncode, proc.stdout.splitlines() + said
 
 
-def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print) -> list[str]:
-    """Run the blocks of ``paths``; the mismatches as messages (``update``: rewrite them instead)."""
+def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print, select: str | None = None,
+          jobs: int = 1, times: bool = False) -> list[str]:
+    """Run the blocks of ``paths``; the mismatches as messages (``update``: rewrite them, and copy
+    the figures the commands wrote, instead). ``select``: only the blocks whose text contains it;
+    ``jobs``: pages run side by side (each in its own scratch folder); ``times``: log each
+    command's wall time."""
+    def one(path: Path) -> list[str]:
+        return _check_page(path, slow=slow, update=update, log=log, select=select, times=times)
+
+    if jobs > 1 and len(paths) > 1:
+        # the pages with the most slow commands start first (the longest chains)
+        order = sorted(paths, key=lambda p: -sum(len(b.commands) for b in blocks(p) if b.slow and slow))
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return [f for page in pool.map(one, order) for f in page]
+    return [f for path in paths for f in one(path)]
+
+
+def _check_page(path: Path, *, slow: bool, update: bool, log, select: str | None, times: bool) -> list[str]:
     failures = []
-    for path in paths:
-        found = [b for b in blocks(path) if slow or not b.slow]
-        if not found:
-            continue
-        cwd = _scratch()
-        edits = []
-        try:
-            for block in found:
-                for cmd in block.commands:
-                    code, actual = run(cmd.text, cwd)
-                    expects_error = any(ln.lstrip().startswith("error:") for ln in cmd.expected)
-                    if match(cmd.expected, actual) and (code == 0 or expects_error):
-                        continue
-                    where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{cmd.lines[0]}"
-                    if update and (code == 0 or expects_error):
-                        edits.append((cmd, actual))
-                        log(f"updated {where}: {cmd.text}")
-                    else:
-                        failures.append(f"{where}: `{cmd.text}` exited {code} and printed\n" + "\n".join(actual)
-                                        + "\nbut the page quotes\n" + "\n".join(cmd.expected))
-        finally:
-            shutil.rmtree(cwd, ignore_errors=True)
-        if edits:
-            _rewrite(path, edits)
+    found = [b for b in blocks(path) if (slow or not b.slow)
+             and (select is None or any(select in c.text for c in b.commands))]
+    if not found:
+        return failures
+    cwd = _scratch()
+    edits = []
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    try:
+        for block in found:
+            for cmd in block.commands:
+                t0 = time.perf_counter()
+                code, actual = run(cmd.text, cwd)
+                where = f"{rel}:{cmd.lines[0]}"
+                if times:
+                    log(f"{time.perf_counter() - t0:8.1f} s  {where}: {cmd.text.splitlines()[0][:100]}")
+                expects_error = any(ln.lstrip().startswith("error:") for ln in cmd.expected)
+                if match(cmd.expected, actual) and (code == 0 or expects_error):
+                    continue
+                if update and (code == 0 or expects_error):
+                    edits.append((cmd, actual))
+                    log(f"updated {where}: {cmd.text}")
+                else:
+                    failures.append(f"{where}: `{cmd.text}` exited {code} and printed\n" + "\n".join(actual)
+                                    + "\nbut the page quotes\n" + "\n".join(cmd.expected))
+        if update:
+            for fig in sorted((cwd / "figures").rglob("*")):
+                if fig.is_file():
+                    dest = FIGURES / fig.relative_to(cwd / "figures")
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(fig, dest)
+                    log(f"figure {dest} regenerated by {rel}")
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+    if edits:
+        _rewrite(path, edits)
     return failures
 
 
@@ -235,11 +324,16 @@ def doc_files() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md and docs/)")
-    ap.add_argument("--slow", action="store_true", help="also the `console slow` blocks")
-    ap.add_argument("--update", action="store_true", help="rewrite the quoted outputs from fresh runs")
+    ap.add_argument("--slow", action="store_true", help="also the `console {.slow}` blocks")
+    ap.add_argument("--update", action="store_true",
+                    help="rewrite the quoted outputs (and copy the figures written) from fresh runs")
+    ap.add_argument("-k", dest="select", metavar="TEXT", help="only the blocks whose commands contain TEXT")
+    ap.add_argument("--jobs", type=int, default=1, help="pages run side by side (default 1)")
+    ap.add_argument("--times", action="store_true", help="print each command's wall time")
     args = ap.parse_args(argv)
     paths = [p.resolve() for p in args.files] or doc_files()
-    failures = check(paths, slow=args.slow or args.update, update=args.update)
+    failures = check(paths, slow=args.slow or args.update, update=args.update, select=args.select, jobs=args.jobs,
+                     times=args.times, log=lambda msg: print(msg, flush=True))
     for f in failures:
         print(f, end="\n\n", file=sys.stderr)
     print(f"{len(failures)} mismatches" if failures else "every quoted output matches")

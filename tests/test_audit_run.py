@@ -1,4 +1,4 @@
-"""``otafl audit-run``: the end-to-end audit of the simulator's own round (docs/privacy.md#auditing).
+"""``otafl audit-run``: the end-to-end audit of the simulator's own round (docs/privacy/auditing.md#auditing).
 
 Fast tests (default suite): the empirical test on known Gaussians, the crafted records, and for
 every aggregation and algorithm a short audit whose lower bound never exceeds any shown

@@ -67,7 +67,7 @@ def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quot
 
 @pytest.mark.slow
 def test_every_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    failures = doccheck.check(doccheck.doc_files(), slow=True)
+    failures = doccheck.check(doccheck.doc_files(), slow=True, jobs=2)
     assert failures == [], "\n\n".join(failures)
 
 
@@ -87,6 +87,12 @@ def test_the_site_builds_strictly_with_every_command_and_the_main_functions(tmp_
     assert all(f"otafl {name}" in cli for name in group.commands)
     api = (site / "reference" / "api" / "index.html").read_text()
     assert all(f in api for f in ("run_experiment", "bound_grid", "audit_grid", "calibrate", "audit_run"))
+    import importlib.util
+
+    if importlib.util.find_spec("marimo"):  # the lectures' HTML exports (lectures/site_export.py)
+        lectures = (site / "lectures" / "index.html").read_text()
+        for nb in ("01_fading_mac", "02_accountants", "03_tradeoff"):
+            assert f'href="{nb}.html"' in lectures and "marimo" in (site / "lectures" / f"{nb}.html").read_text()
 
 
 def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
@@ -96,6 +102,87 @@ def test_a_failing_command_fails_unless_its_quoted_output_is_an_error(tmp_path):
 
 
 def test_a_python_exec_block_is_compared_with_the_output_block_after_it(tmp_path):
-    page = "```python exec\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
+    page = "```python {.exec}\nx = 6 * 7\nprint('answer', x)\n```\n\n```output\nanswer 42\n```\n"
     assert doccheck.check([_page(tmp_path, page)]) == []
     assert len(doccheck.check([_page(tmp_path, page.replace("answer 42", "answer 41"))])) == 1
+
+
+def test_every_shell_block_of_the_readme_and_the_site_is_run_or_marked_norun():
+    unmarked = [u for path in doccheck.doc_files() for u in doccheck.unmarked_shell_blocks(path)]
+    assert unmarked == []
+
+
+def test_a_norun_block_is_shown_not_run_and_a_bash_block_is_reported(tmp_path):
+    page = _page(tmp_path, "```console {.norun}\n$ false\n```\n\n```bash\notafl run x\n```\n")
+    assert doccheck.check([page], slow=True) == []
+    (bash,) = doccheck.unmarked_shell_blocks(page)
+    assert ":5:" in bash and "bash" in bash
+    quoting = _page(tmp_path, "```console {.norun}\n$ echo 1\n1\n```\n")
+    assert len(doccheck.unmarked_shell_blocks(quoting)) == 1
+
+
+def test_a_fence_with_bare_option_words_is_reported_it_would_render_as_inline_code(tmp_path):
+    import markdown
+
+    bare = "```console slow\n$ echo 1\n1\n```\n\nafter *this*\n"
+    (msg,) = doccheck.unmarked_shell_blocks(_page(tmp_path, bare))
+    assert "console {.slow}" in msg
+    render = markdown.Markdown(extensions=["pymdownx.superfences", "attr_list"]).convert
+    assert "highlight" not in render(bare)  # the damage it does: no code block, its text inline
+    good = bare.replace("console slow", "console {.slow}")
+    assert doccheck.unmarked_shell_blocks(_page(tmp_path, good)) == [] and "highlight" in render(good)
+    (block,) = doccheck.blocks(_page(tmp_path, good))
+    assert block.slow
+
+
+def test_select_runs_only_the_blocks_naming_it_and_update_copies_the_figures(tmp_path, monkeypatch):
+    figures = tmp_path / "figures"
+    monkeypatch.setattr(doccheck, "FIGURES", figures)
+    page = _page(tmp_path, "```console\n$ echo new > figures/f.txt; echo 1\n2\n```\n\n```console\n$ false\n```\n")
+    assert len(doccheck.check([page])) == 2
+    assert doccheck.check([page], select="figures/f.txt", update=True, log=lambda *_: None) == []
+    assert (figures / "f.txt").read_text() == "new\n" and "$ echo new > figures/f.txt; echo 1\n1\n" in page.read_text()
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page as the site builds them (toc slugs of its headings outside
+    code fences, explicit ``id="..."`` and ``{#...}``)."""
+    import re
+
+    from markdown.extensions.toc import slugify
+
+    found, fence = set(), False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            continue
+        if fence:
+            continue
+        m = re.match(r"^#+\s+(.*?)\s*(\{#([\w-]+)\})?$", line)
+        if m:
+            found.add(m.group(3) or slugify(m.group(1).replace("`", ""), "-"))
+        found.update(re.findall(r'id="([\w-]+)"', line))
+    return found
+
+
+def test_every_docs_reference_in_the_code_and_the_pages_names_a_page_and_an_anchor_that_exist():
+    import re
+
+    pytest.importorskip("markdown")
+    root = doccheck.ROOT
+    ref = re.compile(r"docs/([\w./-]+?\.md)(#[\w-]+)?")
+    files = [root / "README.md", *doccheck.doc_files()]
+    for sub in ("otafl", "tests", "experiments", "lectures", "benchmarks"):
+        files += [p for p in (root / sub).rglob("*") if p.suffix in (".py", ".toml", ".md")]
+    broken = []
+    for f in files:
+        for m in ref.finditer(f.read_text()):
+            page = root / "docs" / m.group(1)
+            if not page.is_file() or (m.group(2) and m.group(2)[1:] not in _anchors(page)):
+                broken.append(f"{f.relative_to(root)}: {m.group(0)}")
+    assert broken == []
+
+
+def test_a_command_that_runs_too_long_fails_alone(monkeypatch):
+    code, lines = doccheck.run("echo started; sleep 5", Path("."), timeout=0.5)
+    assert code == 124 and lines[-1].startswith("(doccheck: timed out")

@@ -305,7 +305,7 @@ def test_a_local_steps_sweep_plots_accuracy_against_the_total_central_epsilon(tm
 
 
 def test_fedavg_rounds_credit_the_co_users_last_step_and_transmit_noise_and_scaffold_no_co_user_noise():
-    """docs/privacy.md#steps: FedAvg's co-users start every round from the public model, so their
+    """docs/privacy/steps.md#steps: FedAvg's co-users start every round from the public model, so their
     last-step noise is fresh (share D_min / D_max); SCAFFOLD's c_k carry it on (no share); the
     artificial and channel noise reach the release over the air (factor (B / L) q D_min / (eta_l C))."""
     from otafl.fl.loop import run_experiment as run

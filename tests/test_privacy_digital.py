@@ -1,4 +1,4 @@
-"""The digital accountants against independent numerical references (docs/privacy.md#digital)."""
+"""The digital accountants against independent numerical references (docs/privacy/digital.md#digital)."""
 
 from __future__ import annotations
 

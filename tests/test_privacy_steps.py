@@ -1,5 +1,5 @@
 """The ``steps`` accountants: local DP-SGD steps, the sound last-step credit and the source's
-sum-domination (``steps-sumdom``) (docs/privacy.md#steps)."""
+sum-domination (``steps-sumdom``) (docs/privacy/steps.md#steps)."""
 
 from __future__ import annotations
 

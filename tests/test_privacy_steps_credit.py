@@ -1,5 +1,5 @@
 """The sound ``steps`` accountant against the noise-cancelling counterexample and dp_accounting
-(docs/privacy.md#steps): only the noise that nothing carries on is credited to the target."""
+(docs/privacy/steps.md#steps): only the noise that nothing carries on is credited to the target."""
 
 from __future__ import annotations
 

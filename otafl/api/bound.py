@@ -255,7 +255,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         ``steps`` composes its S steps and its rounds with it (the ``composition`` column).
     local_steps, record_sampling, step_noise, user_sampling : read by the ``steps``
         accountant only (S, q, sigma in units of C, ``revealed`` | ``hidden``;
-        docs/privacy.md#steps). ``step_noise`` None: its FedSGD reading (one step of
+        docs/privacy/steps.md#steps). ``step_noise`` None: its FedSGD reading (one step of
         sensitivity 2L with noise sqrt(sigma2)).
     progress : called with (done, total) as the grid is evaluated, ending with (total,
         total); the units are (grid point, evaluated round, accountant) triples.

@@ -8,7 +8,7 @@ answer holds for the spec's ``train.seed``.
 
 The total epsilon is the run's own ``{accountant}_epsilon_{scope}_total``
 (:func:`otafl.privacy.accountants.account_run`), at the run's ``privacy.delta_total``
-(default 1e-5; docs/privacy.md#delta-total), the same delta whatever the knob;
+(default 1e-5; docs/privacy/composition.md#delta-total), the same delta whatever the knob;
 ``target_delta`` (``--delta-total``) sets another.
 
 Leakage is not monotone in every knob (``tight``/``exact`` central eps in p jumps with the

@@ -11,7 +11,7 @@ PAPER_DIM = 784 * 10 + 10
 
 DELTA_TOTAL = 1e-5
 """The default ``privacy.delta_total`` / ``--delta-total``: the one delta at which every
-accountant states its totals over a run (docs/privacy.md#delta-total)."""
+accountant states its totals over a run (docs/privacy/composition.md#delta-total)."""
 
 JSON_NON_FINITE = 'JSON writes non-finite numbers as the strings "inf", "-inf" and "nan"'
 """How ``--format json`` writes +inf / -inf / NaN (:func:`otafl.results.jsonable`)."""

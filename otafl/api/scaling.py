@@ -1,7 +1,7 @@
 """How the central leakage scales with the number of users K (the paper's O(1/K^{3/4})).
 
 With uniform p = a K^{-1/2} (a above sqrt(ln(2/delta')/2)) the ``paper`` bound falls as
-K^{-3/4}; with a fixed p as K^{-1/2} (docs/privacy.md#scaling). Sketch:
+K^{-3/4}; with a fixed p as K^{-1/2} (docs/privacy/paper-tight.md#scaling). Sketch:
 m_t = K(p - beta) grows as K (fixed p) or as sqrt(K) (p = a/sqrt(K)), the central noise
 std as its square root, so eps_0 ~ K^{-1/2} or K^{-1/4}; amplification multiplies by
 q ~ p, constant or K^{-1/2}. Those exponents describe the ``paper`` bound; ``exact``

@@ -1,7 +1,7 @@
 """``otafl audit-run SPEC``: the end-to-end privacy audit of the simulator's own round.
 
 Parses the options and calls :func:`otafl.api.audit_run.audit_run` (the method is described
-there and in docs/privacy.md#auditing); prints one line per accountant (its epsilon and delta
+there and in docs/privacy/auditing.md#auditing); prints one line per accountant (its epsilon and delta
 beside the audit's lower bound at that delta, with its 95% interval) or JSON.
 """
 

@@ -62,7 +62,7 @@ from otafl.report.text import bound_text
                    "eps = rdp + log(1/delta)/(alpha - 1).")
 @click.option("--user-sampling", "user_sampling", type=click.Choice(["revealed", "hidden"]), default="revealed",
               show_default=True, help="steps accountant: whether a user's participation may be visible "
-                                      "(docs/privacy.md#steps).")
+                                      "(docs/privacy/steps.md#steps).")
 @output_options
 @quiet_option
 @click.pass_context

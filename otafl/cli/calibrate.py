@@ -31,7 +31,7 @@ def _knob_help() -> str:
               help=f"The spec value to solve for ({_knob_help()}).")
 @click.option("--delta-total", "--target-delta", "target_delta", type=float, default=None,
               help="The one delta of the totals the target epsilon is solved at [default: the spec's "
-                   "privacy.delta_total, 1e-5 unless set; docs/privacy.md#delta-total].")
+                   "privacy.delta_total, 1e-5 unless set; docs/privacy/composition.md#delta-total].")
 @click.option("--accountant", type=click.Choice(accountant_names()), default=None,
               help="Accountant [default: the spec's first privacy.accountants entry].")
 @click.option("--scope", type=click.Choice(SCOPES), default="central", show_default=True,

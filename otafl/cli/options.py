@@ -104,7 +104,7 @@ def delta_total_option(help: str = "") -> Callable:
 
     return click.option("--delta-total", "--delta-target", "delta_total", type=float, default=DELTA_TOTAL,
                         show_default=True, help=help or "The one delta at which every accountant states its "
-                        "totals over the rounds (privacy.delta_total; docs/privacy.md#delta-total); where an "
+                        "totals over the rounds (privacy.delta_total; docs/privacy/composition.md#delta-total); where an "
                         "accountant's fixed per-round tails already reach it, its total is inf.")
 
 

@@ -36,7 +36,7 @@ class Aggregation:
     """The strategy interface (and the parts the three share).
 
     credits_transmit_noise : the artificial and receiver noise reach the release (the
-        ``steps`` accountant may credit them; docs/privacy.md#steps).
+        ``steps`` accountant may credit them; docs/privacy/steps.md#steps).
     digital : the digital mechanism's setup (``None`` unless the aggregation is digital).
     """
 

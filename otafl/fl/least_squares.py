@@ -1,4 +1,4 @@
-r"""A least-squares model and the crafted data sets of ``otafl audit-run`` (docs/privacy.md#auditing).
+r"""A least-squares model and the crafted data sets of ``otafl audit-run`` (docs/privacy/auditing.md#auditing).
 
 The model is linear, w in R^d without bias, and a record (x_j, y_j) has the loss
 l_j(w) = (1/2) (y_j - x_j . w)^2, whose gradient is -(y_j - x_j . w) x_j: a record's gradient
@@ -8,7 +8,7 @@ feeds it to the simulator's own functions: :func:`least_squares_sums` has the si
 :class:`~otafl.fl.local.LocalSteps`), :func:`user_gradients` returns the FedSGD users' minibatch
 gradients as the round's aggregators take them.
 
-:func:`audit_records` builds the neighbouring data sets (docs/privacy.md#auditing):
+:func:`audit_records` builds the neighbouring data sets (docs/privacy/auditing.md#auditing):
 
 * the **canary** (target user): x = e_c, y = +CANARY_TARGET, so that its per-example gradient,
   -(y - w_c) e_c, is clipped to exactly -C e_c (local steps) or -L e_c (FedSGD) along the canary

@@ -265,7 +265,7 @@ class LocalSteps:
     paper is linearly dependent given the public c (Delta y_k = -eta_l S (Delta c_k + c)),
     so a second channel use would carry nothing new, and both contain c_k, the user's
     previous output, whose re-release in new subset sums sum-domination does not cover
-    (docs/privacy.md#steps). The server steps w <- w + eta_g u_hat and
+    (docs/privacy/steps.md#steps). The server steps w <- w + eta_g u_hat and
     c <- c + rho (-u_hat / (eta_l S) - c) with rho = |K_t| / K (``known``) or mu_t / K
     (``unknown``): the departing c_k are replaced by their estimate c. With full
     participation this is SCAFFOLD exactly.
@@ -347,7 +347,7 @@ class LocalSteps:
 
     def step_facts(self, *, credit_transmit_noise: bool, warm: bool = False) -> dict:
         """What the ``steps`` accountant reads of a round (:class:`~otafl.privacy.facts.RoundFacts`
-        fields, docs/privacy.md#steps): S, q, sigma, C, the update-clip failure, the share r of
+        fields, docs/privacy/steps.md#steps): S, q, sigma, C, the update-clip failure, the share r of
         another participant's last-step noise that nothing carries on (FedAvg: D_min / D_max,
         the step normalisers q D_k differ between users; SCAFFOLD: 0, its c_k keep every
         step's noise) and, where the artificial and channel noise reach the release

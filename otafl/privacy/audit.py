@@ -1,6 +1,6 @@
 r"""Monte Carlo audit of one over-the-air round: the leakage of the mechanism itself.
 
-Where each accountant's bound sits relative to the truth (docs/privacy.md#auditing). We
+Where each accountant's bound sits relative to the truth (docs/privacy/auditing.md#auditing). We
 draw the server's sufficient statistics under dataset D (user k's gradient +a e) and
 evaluate the privacy-loss random variable L = log f_P(y) / f_Q(y) (Q: gradient -a e)
 *exactly* from the densities; then for any eps

@@ -12,7 +12,7 @@ uses the lower end for the numerator and the upper end for the denominator (each
 two-sided at ``confidence``, so both hold together with probability >= 2 confidence - 1;
 95% at 0.975). The test (order, direction, threshold) is chosen on a ``selection`` share of
 the samples and evaluated on the rest, so that the interval is not biased by the choice
-(docs/privacy.md#auditing).
+(docs/privacy/auditing.md#auditing).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ __all__ = ["DigitalMechanism", "RoundFacts", "stack_facts", "uniform_facts"]
 
 @dataclass(frozen=True)
 class DigitalMechanism:
-    """What a digital (secure-aggregation) round adds to the facts (docs/privacy.md#digital).
+    """What a digital (secure-aggregation) round adds to the facts (docs/privacy/digital.md#digital).
 
     name : ``gaussian`` (continuous shares), ``skellam``, ``ddg`` or ``pbm``.
     noise_var : per-user noise variance per coordinate, gradient units (gaussian, skellam, ddg).

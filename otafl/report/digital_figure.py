@@ -26,7 +26,7 @@ SYSTEM_STYLE = {"over the air": ("black", "o"), "digital gaussian": ("tab:blue",
                 "digital pbm": ("tab:green", "D")}
 DASHED = {"digital ddg"}
 """Systems drawn dashed with hollow markers: DDG's epsilon, hence noise and bits, is Skellam's to a
-hair at these noise levels (docs/privacy.md#digital-ddg), so its line would hide Skellam's."""
+hair at these noise levels (docs/privacy/digital.md#digital-ddg), so its line would hide Skellam's."""
 
 
 def _line(system: str) -> dict:

@@ -96,7 +96,7 @@ def csv_text(rows: list[dict]) -> str:
 
 _SUMDOM = ("! steps-sumdom is the source's sum-domination, NOT a guaranteed bound: with S > 1 local steps and "
            "several participants another user's later steps can cancel its own earlier noise "
-           "(docs/privacy.md#steps); steps is the sound value")
+           "(docs/privacy/steps.md#steps); steps is the sound value")
 
 _PAPER_CLASSIC = ("! paper's classic Gaussian step is outside its validity range (eps_0 > 1): the classic "
                   "formula can understate the leakage there; compare with tight")

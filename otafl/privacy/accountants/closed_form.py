@@ -1,6 +1,6 @@
 """The steps shared by the closed-form accountants ``paper`` and ``tight``.
 
-Both follow the paper's argument (docs/privacy.md#local-dp, docs/privacy.md#central-dp):
+Both follow the paper's argument (docs/privacy/index.md#local-dp, docs/privacy/index.md#central-dp):
 
 - LDP per user, worst user reported: user k's own noise and the channel noise,
   s_k^2 = sigma_k^2 + N0/c_t^2, through a Gaussian-mechanism epsilon (:func:`local_dp`);

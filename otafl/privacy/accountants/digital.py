@@ -1,4 +1,4 @@
-r"""The ``digital`` accountant: secure aggregation with distributed noise (docs/privacy.md#digital).
+r"""The ``digital`` accountant: secure aggregation with distributed noise (docs/privacy/digital.md#digital).
 
 A digital round hands the server only the (modular) sum of the participants' messages, so
 the noise that protects user k centrally is the sum of the participants' shares; locally,

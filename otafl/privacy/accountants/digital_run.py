@@ -1,4 +1,4 @@
-"""The run-level ``digital`` accountant (docs/privacy.md#digital): each round's digital
+"""The run-level ``digital`` accountant (docs/privacy/digital.md#digital): each round's digital
 mechanism and the exact law of its participant count, composed over the rounds.
 
 See :mod:`otafl.privacy.accountants.digital` for the model (participation revealed, the
@@ -110,7 +110,7 @@ def _rdp_totals(rounds, facts, sensitivity_of, delta_l: float, delta_total: floa
     """Per-round conditional eps at delta_l and the composed total, Renyi path (skellam, ddg, pbm).
 
     Counts below the lower quantile of mass tau are a failure event charged to delta
-    (1 % of the delta, spread over the rounds; docs/privacy.md#digital): conditioning the
+    (1 % of the delta, spread over the rounds; docs/privacy/digital.md#digital): conditioning the
     revealed counts on the product event "no round fails" leaves independent rounds whose
     Renyi orders add.
     """

@@ -2,7 +2,7 @@
 
 No closed form and no published tool covers this mechanism, so the per-round privacy
 profile delta(eps) is integrated numerically, as an *upper bound* with explicit error
-control (:mod:`otafl.privacy.analysis.ota_round`; derivation in docs/privacy.md#exact).
+control (:mod:`otafl.privacy.analysis.ota_round`; derivation in docs/privacy/exact.md#exact).
 This module adapts it to the accountant interface (:func:`exact_round`, a
 :class:`~otafl.privacy.accountants.base.RoundBound` per round, unrounded, for grids and
 sweeps of single rounds) and composes rounds with privacy-loss distributions
@@ -40,7 +40,7 @@ _DT = torch.float64
 
 def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivity, delta_l,
                 delta_prime="auto", users=None, dim=None, grid: CellGrid = DEFAULT_GRID):
-    r"""Per-round LDP and central DP by numerical integration (docs/privacy.md#exact).
+    r"""Per-round LDP and central DP by numerical integration (docs/privacy/exact.md#exact).
 
     Same arguments as ``paper_round``/``tight_round`` (see
     :func:`~otafl.privacy.accountants.base.prepare_round`). ``dim=None`` gives the

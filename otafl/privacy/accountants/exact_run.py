@@ -3,7 +3,7 @@ r"""The ``exact`` accountant over a whole run: rounded, cached rounds and PLD to
 A run's rounds are turned into *rows* (one per noise group of users the adversary might
 attack, as in :mod:`otafl.privacy.analysis.ota_rows`), each described by a hashable key.
 Quantities that change between rounds are rounded first, in the direction that can only
-increase the leakage (:mod:`otafl.privacy.analysis.round_grid`; docs/privacy.md#exact-caching):
+increase the leakage (:mod:`otafl.privacy.analysis.round_grid`; docs/privacy/exact.md#exact-caching):
 the channel noise N0 / c_t^2 down, a local row's own p up; the others' participation
 probabilities are never rounded. Rows with equal keys are computed once:
 
@@ -16,7 +16,7 @@ probabilities are never rounded. Rows with equal keys are computed once:
 
 Central rows: users are grouped by their own sigma_k^2 (among users with p_k > 0); a group
 is charged its largest p and the law of the others without that user (which covers every
-member, docs/privacy.md#exact-heterogeneous-users). Local rows: n = 0, one per noise group,
+member, docs/privacy/exact.md#exact-heterogeneous-users). Local rows: n = 0, one per noise group,
 charged the group's largest p at target p delta_l (delta / p is non-decreasing in p, so that
 row's epsilon covers every member, and its profile dominates every member's pointwise).
 """

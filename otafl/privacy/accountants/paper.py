@@ -1,4 +1,4 @@
-"""The ``paper`` accountant: the paper's closed forms (docs/privacy.md#paper).
+"""The ``paper`` accountant: the paper's closed forms (docs/privacy/paper-tight.md#paper).
 
 LDP: the classic Gaussian mechanism with the user's noise and the channel noise,
 amplified by p_k. Central: the Hoeffding quantile m_t = mu_t - K beta_t, noise
@@ -27,7 +27,7 @@ __all__ = ["paper_round"]
 
 def paper_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivity, delta_l,
                 delta_prime="auto", users=None, dim=None) -> RoundBound:
-    """The paper's per-round LDP and central DP (docs/privacy.md#paper).
+    """The paper's per-round LDP and central DP (docs/privacy/paper-tight.md#paper).
 
     LDP (per user, worst user reported), delta_l,k = p_k delta_l:
 

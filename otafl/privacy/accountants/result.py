@@ -1,5 +1,5 @@
 """The typed privacy of a run: one :class:`AccountantResult` per accountant, gathered in a
-:class:`PrivacyResult` (docs/privacy.md). Plain values, JSON-able through ``summary_fields``;
+:class:`PrivacyResult` (docs/privacy/index.md). Plain values, JSON-able through ``summary_fields``;
 kept apart from the accountants so that every run-level composer (``account_run``,
 ``account_steps``, ``account_digital_run``) can return them without importing each other."""
 

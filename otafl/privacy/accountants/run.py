@@ -6,7 +6,7 @@ every named accountant, composes local and central totals and returns a
 ``tight`` are evaluated on all rounds at once and composed by :func:`compose_round_bounds`
 (the smallest of basic, advanced, RDP and PLD composition at one total delta);
 ``exact`` per distinct rounded round and composed by PLD (:func:`_account_exact`,
-:mod:`otafl.privacy.accountants.exact_run`; docs/privacy.md#composition). ``PrivacyResult.summary_fields()`` gives the
+:mod:`otafl.privacy.accountants.exact_run`; docs/privacy/composition.md#composition). ``PrivacyResult.summary_fields()`` gives the
 flat ``"{name}_..."`` columns that run stores, tables and plots read.
 """
 
@@ -215,7 +215,7 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
 def split_share(delta_prime, delta_target: float | None, rounds: int) -> float | None:
     """The per-round share of ``delta_target`` that ``delta_prime = "auto"`` spends on the
     participant-count tails: delta_target / (2 T), so that the T rounds' tails take at most
-    half of it and the composition the rest (docs/privacy.md#delta-total). ``paper`` and
+    half of it and the composition the rest (docs/privacy/composition.md#delta-total). ``paper`` and
     ``tight``: delta'_t = 2 exp(-2 mu_t^2 / K) + share; ``steps``: its count-tail probability.
     None (the accountants' own per-round "auto") without a target or with a numeric delta'."""
     if delta_target is None or not isinstance(delta_prime, str) or delta_prime != "auto":
@@ -241,7 +241,7 @@ def _unreached(bound: RoundBound, totals: dict, delta_target: float | None) -> s
 
 def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_target: float | None,
                    resolution: Resolution) -> AccountantResult:
-    """``exact`` over a run: rounded, cached rows per round, PLD totals (docs/privacy.md#pld-composition).
+    """``exact`` over a run: rounded, cached rows per round, PLD totals (docs/privacy/composition.md#pld-composition).
 
     Per round and totals: :func:`exact_total`, central and local.
     """

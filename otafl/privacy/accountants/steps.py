@@ -1,11 +1,11 @@
-"""The ``steps`` accountants: record-level DP of S local DP-SGD steps per round (docs/privacy.md#steps).
+"""The ``steps`` accountants: record-level DP of S local DP-SGD steps per round (docs/privacy/steps.md#steps).
 
 Each participant runs S steps of DP-SGD (Poisson record sampling at rate q, per-example
 clipping to C, Gaussian noise sigma C per step) and the MAC delivers only the sum of the
 participants' updates, plus artificial and channel noise. Two readings of that sum
 (``CREDITS``):
 
-- ``last-step`` (accountant ``steps``, the default; proven in docs/privacy.md#steps): the
+- ``last-step`` (accountant ``steps``, the default; proven in docs/privacy/steps.md#steps): the
   release is a post-processing of the target user's own S-step transcript in which the last
   step also carries every noise that nobody uses again: the other participants' *last-step*
   noise (FedAvg: each of them starts the round from the public model, so its last step's
@@ -16,9 +16,9 @@ participants' updates, plus artificial and channel noise. Two readings of that s
   sensitivity, ``transmit_to_record``).
 - ``sum`` (accountant ``steps-sumdom``; NOT a guaranteed bound): the source's
   sum-domination (Heikkila et al., Thm. 4.6), every step at sigma sqrt(m_t). Another
-  participant's later steps can cancel its own earlier noise (docs/privacy.md#steps-sum-
-  domination gives the counterexample), so this understates the leakage; kept to compare with
-  the source's tables, flagged ``!``.
+  participant's later steps can cancel its own earlier noise (the counterexample:
+  docs/privacy/steps.md#steps-sum-domination-and-its-counterexample), so this understates
+  the leakage; kept to compare with the source's tables, flagged ``!``.
 
 The unknown count of participants is replaced by a lower quantile m_t of 1 + (number of
 *other* participants), a data-independent count, whose failure probability is added to
@@ -213,7 +213,7 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
                 step_noise: float | None = None, composition: str = "pld", user_sampling: str = "revealed",
                 update_clip_failure: float = 0.0, credit: str = "last-step", co_user_noise: float = 1.0,
                 transmit_to_record: float = 0.0) -> RoundBound:
-    """One round of the ``steps`` accountant (docs/privacy.md#steps), on a grid.
+    """One round of the ``steps`` accountant (docs/privacy/steps.md#steps), on a grid.
 
     Common arguments: :func:`~otafl.privacy.accountants.base.prepare_round`. ``delta_prime``
     is the count quantile's failure probability beta_t ("auto": :data:`AUTO_COUNT_FAILURE`
@@ -223,7 +223,7 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     step_noise : sigma >= 0, the per-step noise multiplier (std / sensitivity) of one user;
         ``None``: the FedSGD reading (S = q = 1, sigma_k = sqrt(noise_var_k) / sensitivity).
     composition : ``pld`` | ``rdp`` | ``rdp-classic`` (how the S steps are composed and
-        converted; docs/privacy.md#steps).
+        converted; docs/privacy/steps.md#steps).
     user_sampling : ``revealed`` (default) | ``hidden``
         (:mod:`otafl.privacy.analysis.steps`).
     update_clip_failure : probability that some transmitter's update clip binds this round
@@ -283,7 +283,7 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
 
 def steps_sumdom_round(**kwargs) -> RoundBound:
     """:func:`steps_round` with the source's sum-domination (``credit = "sum"``): NOT a
-    guaranteed bound for S > 1 with several participants (docs/privacy.md#steps), flagged
+    guaranteed bound for S > 1 with several participants (docs/privacy/steps.md#steps), flagged
     (``classic_valid`` false); kept to compare with the source's tables."""
     return steps_round(**{**kwargs, "credit": "sum"})
 

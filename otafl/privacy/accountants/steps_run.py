@@ -1,4 +1,4 @@
-"""The ``steps`` accountant over a whole run: per-round bounds and totals (docs/privacy.md#steps).
+"""The ``steps`` accountant over a whole run: per-round bounds and totals (docs/privacy/steps.md#steps).
 
 :func:`account_steps` reads a run's :class:`~otafl.privacy.facts.RoundFacts` (with their
 local-steps fields), evaluates :func:`~otafl.privacy.accountants.steps.steps_round` per

@@ -1,4 +1,4 @@
-"""The ``tight`` accountant: the paper's argument with sharper pieces (docs/privacy.md#tight).
+"""The ``tight`` accountant: the paper's argument with sharper pieces (docs/privacy/paper-tight.md#tight).
 
 The exact Poisson-binomial quantile of |K_t|, the analytic Gaussian mechanism (Balle &
 Wang 2018), and the channel noise N0/c_t^2 in the central noise. Its central eps never
@@ -26,7 +26,7 @@ __all__ = ["tight_round"]
 
 def tight_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivity, delta_l,
                 delta_prime="auto", users=None, dim=None) -> RoundBound:
-    """``paper``'s argument with sharper pieces (docs/privacy.md#tight).
+    """``paper``'s argument with sharper pieces (docs/privacy/paper-tight.md#tight).
 
     - m_t = the largest integer m with P(|K_t| < m) <= delta' under the exact
       Poisson-binomial law of |K_t| (binomial for uniform p); always >= ``paper``'s

@@ -18,7 +18,7 @@ On cells of s, h lies below its chords: summing the smaller of the chord and the
 monotone bound over cells gives a rigorous upper bound whose error falls like
 1 / cells^2 (the gap to the matching lower bound, about 1e-3 relative at the default
 grid, is reported). Refining a grid by adding edges never raises the bound. Cell masses
-come from scipy's regularised incomplete gamma function. Derivation: docs/privacy.md#exact.
+come from scipy's regularised incomplete gamma function. Derivation: docs/privacy/exact.md#exact.
 """
 
 from __future__ import annotations

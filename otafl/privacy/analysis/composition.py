@@ -9,7 +9,7 @@ Three compositions, all reported at the same total delta so their epsilons compa
   probabilities delta'_t.
 
 :func:`compose_best` takes the smallest. All functions are pure and batched over leading
-dimensions, with rounds on the last one; float64. See docs/privacy.md#composition.
+dimensions, with rounds on the last one; float64. See docs/privacy/composition.md#composition.
 """
 
 from __future__ import annotations

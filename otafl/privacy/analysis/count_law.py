@@ -1,7 +1,7 @@
 """Laws of the number of participants that the ``exact`` accountant conditions on.
 
 The leakage of user k in one round is bounded by conditioning on a data-independent
-count (joint convexity of the hockey-stick divergence; docs/privacy.md#exact):
+count (joint convexity of the hockey-stick divergence; docs/privacy/exact.md#exact):
 
 - n, the number of *other* participants: :class:`CountLaw` (binomial for uniform p,
   Poisson-binomial otherwise, n = 0 for local DP), windowed to all but a tail mass that

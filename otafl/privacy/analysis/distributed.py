@@ -16,7 +16,7 @@ w_n = P(N = n - 1). The worst user has p = max_k p_k and N ~ PoissonBinomial(p w
 maximal entry): every other user's N stochastically dominates it and eps_n falls in n.
 Composition over rounds adds the Renyi orders (Mironov 2017); the conversion to
 (eps, delta) is Balle et al. (2020, Thm 21), as Opacus' get_privacy_spent. See
-docs/privacy.md#digital.
+docs/privacy/digital.md#digital.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ steps. For any bracket lo <= u_1 <= hi, (3) at lo is a lower bound and (3) at hi
 (hi - lo) max_{[lo, hi]} pi phi_W(u - a) an upper bound (the integrand is at most
 pi phi_W(u - a)). At pi = 1 the pair is the Gaussian mechanism (Balle & Wang 2018, Thm 8;
 :func:`otafl.privacy.analysis.gaussian.gaussian_hockey_stick`). Derivation: see
-docs/privacy.md#exact. Pure, batched, float64 on the device of the inputs.
+docs/privacy/exact.md#exact. Pure, batched, float64 on the device of the inputs.
 """
 
 from __future__ import annotations

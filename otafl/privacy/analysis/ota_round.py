@@ -24,7 +24,7 @@ w_m = m sigma_o^2 + N0/c^2, W_m = w_m + sigma_k^2 - sigma_o^2, pi_m = P(k in | m
 cells (chord bounds), root brackets, the truncated tail of the count law (added to
 delta) and blocks of n (weighted by delta at the block's smallest n). Local DP is the
 same computation with n = 0. ``dim=None`` is the dimension-free limit d -> inf, an
-upper bound for every d. Derivation and checks: docs/privacy.md#exact.
+upper bound for every d. Derivation and checks: docs/privacy/exact.md#exact.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ each grid point reports its worst row:
   one row per noise group, charged its largest p_k at delta = p_k delta_l (it covers
   every member: delta / p is non-decreasing in p).
 
-Inputs are flattened grids [B] (or [B, K] per user); all float64. See docs/privacy.md#exact.
+Inputs are flattened grids [B] (or [B, K] per user); all float64. See docs/privacy/exact.md#exact.
 """
 
 from __future__ import annotations

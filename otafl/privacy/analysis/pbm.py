@@ -4,7 +4,7 @@ The mechanism (Chen, Ozgur & Kairouz 2022): every participant encodes each coord
 in [-c, c] of its rotated vector as p_j = 1/2 + theta x_j / c and sends, per coordinate,
 m Bernoulli(p_j) coins summed, Z_j ~ Binomial(m, p_j); the server sees only sum_k Z_{k,j}.
 One record of user k moves its p-vector by delta with ||delta||_2 <= s = theta Delta / c and
-|delta_j| <= 2 theta. The bound (docs/privacy.md#digital, "PBM bound"), integer alpha >= 2,
+|delta_j| <= 2 theta. The bound (docs/privacy/digital.md#digital, "PBM bound"), integer alpha >= 2,
 n participants (user k and n - 1 others):
 
 1. Group i (i = 1..m) of a coordinate is user k's coin i plus coin i of every other
@@ -34,7 +34,7 @@ n participants (user k and n - 1 others):
    [delta_i, delta_{i+1}], Phi(delta) <= delta^2 Phi(delta_{i+1}) / delta_{i+1}^2 and
    log(1 + a x) / x falls in x, and below delta_1 the ratio is at most Phi(delta_1)/delta_1^2.
 
-This bound is derived here (docs/privacy.md#digital); the constants of Chen, Ozgur &
+This bound is derived here (docs/privacy/digital.md#digital); the constants of Chen, Ozgur &
 Kairouz's own theorem are not reproduced. It is checked against the exact Renyi
 divergence of Poisson-binomial laws by convolution (tests/test_privacy_digital.py).
 Pure float64 (numpy/scipy for the binomial log pmfs), memoised per parameter set.

@@ -12,7 +12,7 @@ every convex profile through (or below) them; the PLDs of the distinct rounds ar
 self-composed with their multiplicities and composed by FFT (:func:`compose_profiles`),
 and epsilon is read at delta_target. Since min(delta_(1), delta_(5)) need not be convex,
 its greatest convex minorant in e^eps is used (still above the true, convex, profile).
-dp_accounting is imported on first use. See docs/privacy.md#pld-composition.
+dp_accounting is imported on first use. See docs/privacy/composition.md#pld-composition.
 """
 
 from __future__ import annotations

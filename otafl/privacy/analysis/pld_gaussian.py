@@ -1,4 +1,4 @@
-r"""PLD composition of the closed-form accountants' per-round Gaussian views (docs/privacy.md#pld-composition).
+r"""PLD composition of the closed-form accountants' per-round Gaussian views (docs/privacy/composition.md#pld-composition).
 
 Two per-round pairs, in units of the sensitivity Delta (noise multiplier z = s / Delta,
 the user's contribution +-1/2 around the no-participation mean):

@@ -13,7 +13,7 @@ noise s^2 is present whether or not user k takes part (W = N(mean, s^2 I); inher
 from the paper and shared with ``paper``/``tight``; the ``exact`` accountant does not
 assume it); (2) the replace-one pair's Renyi divergence is at most the add/remove
 pair's at every order: equal at q = 1, checked numerically for q < 1
-(tests/test_privacy_compose.py), not proven. See docs/privacy.md#composition.
+(tests/test_privacy_compose.py), not proven. See docs/privacy/composition.md#composition.
 
 Conservative grid: with ``rdp_resolution = r > 0`` each q is rounded up and each z
 down to a geometric grid of ratio 1 + r before calling Opacus (one Python evaluation per

@@ -1,4 +1,4 @@
-r"""Pessimistic grids for the quantities that change between rounds (docs/privacy.md#exact-caching).
+r"""Pessimistic grids for the quantities that change between rounds (docs/privacy/exact.md#exact-caching).
 
 The ``exact`` accountant integrates each distinct round numerically. Over a run, the
 rounds differ in the channel noise N0 / c_t^2 (the alignment gain c_t changes with the

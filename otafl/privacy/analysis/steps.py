@@ -1,6 +1,6 @@
 r"""Record-level DP of S local DP-SGD steps per round, released through the participants' sum.
 
-One round, seen by one record of user k (docs/privacy.md#steps): with probability p the
+One round, seen by one record of user k (docs/privacy/steps.md#steps): with probability p the
 user takes part and runs S steps of DP-SGD; at every step the record enters the user's
 minibatch with probability q (Poisson), its clipped gradient moves the step's sum by at
 most the sensitivity, and the step adds Gaussian noise. The release is a post-processing
@@ -18,7 +18,7 @@ under add/remove adjacency with unit sensitivity. Two readings of the user coin:
 
 - ``revealed`` (default): the adversary may learn whether user k took part (over the air
   its own noise adds to the aggregate's variance, which a high-dimensional output shows;
-  docs/privacy.md#exact). The round's pair is the mixture with the branch revealed,
+  docs/privacy/exact.md#exact). The round's pair is the mixture with the branch revealed,
   delta(eps) = p delta_S(eps) (joint convexity); over T rounds the number of rounds the
   user takes part is binomial, which the composition of the mixtures accounts exactly.
 - ``hidden``: the coin is not observable (the fixed-noise assumption of ``paper`` and

@@ -1,0 +1,98 @@
+"""HTML exports of the lecture notebooks for the documentation site.
+
+``marimo export html`` runs a notebook with its sliders at their defaults and writes a static
+page: every cell's code and output (figures embedded), no Python behind it, so the sliders do
+not recompute. The page loads marimo's frontend from the jsDelivr CDN when it is viewed (as the
+site's math loads MathJax); producing it needs no network. ``mkdocs.yml`` names this file as a
+hook: ``on_files`` adds ``lectures/0X_....html`` to the site (docs/lectures.md links them), from
+a cache under ``.cache/lectures/`` keyed by the notebook, the otafl sources and marimo's version,
+so that only the first build after a change runs the notebooks (three side by side, about 30 s
+on 2 cores; marimo also leaves its session snapshots in ``lectures/__marimo__/``, ignored by git).
+Without marimo (the ``lectures`` extra) the site is built without them.
+
+    python lectures/site_export.py OUT_DIR      # the same exports, into OUT_DIR
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LECTURES = ROOT / "lectures"
+CACHE = ROOT / ".cache" / "lectures"
+log = logging.getLogger("mkdocs.hooks.lectures")
+
+
+def notebooks() -> list[Path]:
+    return sorted(LECTURES.glob("0*.py"))
+
+
+def _key(notebook: Path) -> str:
+    import marimo
+
+    h = hashlib.sha256(marimo.__version__.encode())
+    for path in [notebook, *sorted((ROOT / "otafl").rglob("*.py"))]:
+        h.update(path.relative_to(ROOT).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def exports(timeout: float = 600.0) -> dict[str, Path]:
+    """Notebook stem -> its cached HTML export, running ``marimo export html`` for the stale ones
+    side by side."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OTAFL_THREADS": "1", "MPLBACKEND": "Agg"}
+    out, procs = {}, {}
+    for nb in notebooks():
+        html = CACHE / f"{nb.stem}-{_key(nb)}.html"
+        out[nb.stem] = html
+        if not html.is_file():
+            tmp = html.with_suffix(".tmp.html")
+            procs[nb.stem] = (subprocess.Popen(
+                [sys.executable, "-m", "marimo", "export", "html", str(nb), "-o", str(tmp), "--force"],
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), tmp, html)
+    for stem, (proc, tmp, html) in procs.items():
+        text, _ = proc.communicate(timeout=timeout)
+        if proc.returncode != 0 or not tmp.is_file():
+            raise RuntimeError(f"marimo export html lectures/{stem}.py failed:\n{text[-3000:]}")
+        tmp.replace(html)
+        for old in CACHE.glob(f"{stem}-*.html"):
+            if old != html:
+                old.unlink()
+    return out
+
+
+def on_files(files, config):
+    """mkdocs hook: add the exports as ``lectures/<notebook>.html``."""
+    try:
+        import marimo  # noqa: F401
+    except ImportError:
+        log.info("marimo is not installed: the site is built without the lectures' HTML exports")
+        return files
+    from mkdocs.structure.files import File
+
+    for stem, html in exports().items():
+        files.append(File.generated(config, f"lectures/{stem}.html", abs_src_path=str(html)))
+    return files
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    dest = Path(argv[0])
+    dest.mkdir(parents=True, exist_ok=True)
+    for stem, html in exports().items():
+        shutil.copyfile(html, dest / f"{stem}.html")
+        print(dest / f"{stem}.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
