@@ -95,17 +95,22 @@ class Reaper:
 # --------------------------------------------------------------------------- guard side
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks), or None if ``pid`` is gone."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...), or None if
+    ``pid`` is gone or a zombie (which holds nothing)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             stat = fh.read()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
-    if fields and fields[0] in ("Z", "X"):  # a zombie holds nothing
-        return None
-    return fields[19] if len(fields) > 19 else None
+    return None if len(fields) < 20 or fields[0] in ("Z", "X") else fields
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks), or None if ``pid`` is gone."""
+    fields = _stat(pid)
+    return fields[19] if fields else None
 
 
 def _descendants(root: int, skip: int) -> dict[int, str]:
@@ -117,18 +122,10 @@ def _descendants(root: int, skip: int) -> dict[int, str]:
     except OSError:
         return {}
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if len(fields) < 20 or fields[0] in ("Z", "X"):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(name))
-        starts[int(name)] = fields[19]
+        fields = _stat(name) if name.isdigit() else None
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(name))
+            starts[int(name)] = fields[19]
     found: dict[int, str] = {}
     todo = list(children.get(root, []))
     while todo:

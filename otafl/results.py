@@ -115,8 +115,12 @@ def output_target(path: str | Path, what: str = "output file") -> Path:
                                   f"({os.readlink(p)!r}); choose another path")
         raise OtaflInputError(f"{what} {str(p)!r} is a symbolic link to {_kind(mode)}, not to a regular file; "
                               f"otafl replaces only regular files, choose another path")
-    raise OtaflInputError(f"{what} {str(p)!r} exists and is {_kind(mode)}, not a regular file; otafl replaces only "
-                          f"regular files, choose another path")
+    raise _not_regular(what, p, _kind(mode))
+
+
+def _not_regular(what: str, path: Path, kind: str) -> OtaflInputError:
+    return OtaflInputError(f"{what} {str(path)!r} exists and is {kind}, not a regular file; otafl replaces only "
+                           f"regular files, choose another path")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -133,9 +137,7 @@ def _still_replaceable(path: Path, what: str) -> None:
     except OSError:
         return
     if not stat.S_ISREG(mode):
-        kind = "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode)
-        raise OtaflInputError(f"{what} {str(path)!r} exists and is {kind}, not a regular file; otafl replaces only "
-                              f"regular files, choose another path")
+        raise _not_regular(what, path, "a symbolic link" if stat.S_ISLNK(mode) else _kind(mode))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
