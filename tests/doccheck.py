@@ -90,16 +90,8 @@ class Block:
 def blocks(path: Path) -> list[Block]:
     """The ``console`` blocks of one Markdown file."""
     out, lines = [], path.read_text().splitlines()
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
+    for i, m, j in _fences(lines):
         info, indent = _info(m.group(2)), len(m.group(1))
-        j = i + 1
-        while j < len(lines) and not FENCE.match(lines[j]):
-            j += 1
         if info and info[0] == "python" and "exec" in info[1:]:
             block = Block(path, slow="slow" in info[1:])
             code = [ln[indent:] for ln in lines[i + 1:j]]
@@ -107,12 +99,9 @@ def blocks(path: Path) -> list[Block]:
             while nxt < len(lines) and not lines[nxt].strip():
                 nxt += 1
             m2 = FENCE.match(lines[nxt]) if nxt < len(lines) else None
-            if m2 and m2.group(2).strip() == "output":
-                end = nxt + 1
-                while end < len(lines) and not FENCE.match(lines[end]):
-                    end += 1
+            if m2 and m2.group(2).strip() == "output":  # _fences yields its fence next: not a command block
+                end = _closing(lines, nxt)
                 expected, span = [ln[len(m2.group(1)):] for ln in lines[nxt + 1:end]], (nxt + 1, end)
-                j = end
             else:
                 expected, span = ["..."], (j, j)
             block.commands.append(Command("python - <<'OTAFL_DOC_EOF'\n" + "\n".join(code) + "\nOTAFL_DOC_EOF",
@@ -137,8 +126,28 @@ def blocks(path: Path) -> list[Block]:
                 block.commands.append(Command(text.strip(), [ln[indent:] for ln in lines[start:stop]], (start, stop)))
                 k = stop
             out.append(block)
-        i = j + 1
     return out
+
+
+def _closing(lines: list[str], i: int) -> int:
+    """Index of the fence closing the block opened at line ``i`` (``len(lines)`` if none)."""
+    j = i + 1
+    while j < len(lines) and not FENCE.match(lines[j]):
+        j += 1
+    return j
+
+
+def _fences(lines: list[str]):
+    """(opening index, its FENCE match, closing index) of each fenced block, in order."""
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        j = _closing(lines, i)
+        yield i, m, j
+        i = j + 1
 
 
 def _info(text: str) -> list[str]:
@@ -153,16 +162,8 @@ def unmarked_shell_blocks(path: Path) -> list[str]:
     (module docstring), and of each fence whose options are bare words (``console slow``: the site
     renders such a block as inline code and the prose after it as code)."""
     out, lines = [], path.read_text().splitlines()
-    i = 0
-    while i < len(lines):
-        m = FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
+    for i, m, j in _fences(lines):
         raw, info = m.group(2).strip(), _info(m.group(2))
-        j = i + 1
-        while j < len(lines) and not FENCE.match(lines[j]):
-            j += 1
         body = [ln.strip() for ln in lines[i + 1:j] if ln.strip()]
         if len(raw.split()) > 1 and not re.search(r"\{.*\}|=", raw):
             out.append(f"{path}:{i + 1}: ```{raw} renders as inline code on the site (write ```{info[0]} "
@@ -174,7 +175,6 @@ def unmarked_shell_blocks(path: Path) -> list[str]:
             out.append(f"{path}:{i + 1}: a console {{.norun}} block quotes output nothing checks")
         elif not info and body and body[0].split()[0] in ("$", "otafl", "python", "python3", "pip", "marimo", "ray"):
             out.append(f"{path}:{i + 1}: commands in an unmarked block")
-        i = j + 1
     return out
 
 
