@@ -67,7 +67,7 @@ def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quot
 
 @pytest.mark.slow
 def test_every_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    failures = doccheck.check(doccheck.doc_files(), slow=True, jobs=2)
+    failures = doccheck.check(doccheck.doc_files(), slow=True, jobs=2, times=True)  # times shown with -s or on failure
     assert failures == [], "\n\n".join(failures)
 
 
