@@ -53,6 +53,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -229,14 +230,18 @@ def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str
     """The command's exit code and its output as lines: standard output, and of standard error
     the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    # a session of its own: a signal to the command's process group never reaches the checker, and
+    # a command past its timeout is ended with everything it started
+    proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        proc = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:  # a failure of this command, not of the whole check
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return 124, out.splitlines() + [f"(doccheck: timed out after {timeout:.0f} s)"]
-    said = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
-    return proc.returncode, proc.stdout.splitlines() + said
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # a failure of this command, not of the whole check
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+        return 124, stdout.splitlines() + [f"(doccheck: timed out after {timeout:.0f} s)"]
+    said = [ln for ln in stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
+    return proc.returncode, stdout.splitlines() + said
 
 
 def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print, select: str | None = None,

@@ -67,7 +67,7 @@ def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quot
 
 @pytest.mark.slow
 def test_every_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    failures = doccheck.check(doccheck.doc_files(), slow=True, jobs=2)
+    failures = doccheck.check(doccheck.doc_files(), slow=True, jobs=2, times=True)  # times shown with -s or on failure
     assert failures == [], "\n\n".join(failures)
 
 
@@ -183,6 +183,16 @@ def test_every_docs_reference_in_the_code_and_the_pages_names_a_page_and_an_anch
     assert broken == []
 
 
-def test_a_command_that_runs_too_long_fails_alone(monkeypatch):
-    code, lines = doccheck.run("echo started; sleep 5", Path("."), timeout=0.5)
-    assert code == 124 and lines[-1].startswith("(doccheck: timed out")
+def test_a_command_that_runs_too_long_fails_alone_and_takes_its_children_with_it(tmp_path):
+    import time
+
+    marker = tmp_path / "late"
+    code, lines = doccheck.run(f"echo started; (sleep 2; touch {marker}) & sleep 5", tmp_path, timeout=0.5)
+    assert code == 124 and lines[0] == "started" and lines[-1].startswith("(doccheck: timed out")
+    time.sleep(2.5)
+    assert not marker.exists()  # the background child was ended with the command
+
+
+def test_a_command_that_signals_its_process_group_does_not_end_the_check():
+    code, _ = doccheck.run("kill -9 0", Path("."))
+    assert code != 0  # the command died, the checker did not
