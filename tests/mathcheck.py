@@ -1,0 +1,176 @@
+"""The site's math: the formulas on the pages are TeX (``$...$`` inline, ``$$ ... $$`` on lines of
+their own for a display), turned by ``pymdownx.arithmatex`` (mkdocs.yml, generic mode) into
+``\\(...\\)`` and ``\\[...\\]`` for MathJax (docs/javascripts/mathjax.js) to typeset.
+
+* :func:`formulas` renders a page with the site's Markdown extensions and returns every formula
+  MathJax will see, with the page line it starts on;
+* :func:`tex_errors` compiles them all, each on its own, in one ``pdflatex`` document (amsmath,
+  amssymb: the macros MathJax's TeX input has too) and returns one line per formula TeX rejects;
+* :func:`plain_math` lists what still looks like plain-text math on a page: a fence without a
+  language (the pages' old display formulas) or a code span holding math (``||x||``, ``_{k,t}``,
+  ``x^2``, ``sqrt(``, ``<=``, Greek names).
+
+    python tests/mathcheck.py                  # every page of the site: formulas, TeX errors, plain math
+    python tests/mathcheck.py docs/model.md    # one page
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+# The pages whose subject is math: every formula on them is TeX, none is plain text.
+MATH_PAGES = ("model.md", "privacy/*.md")
+
+_EXTENSIONS = ["admonition", "tables", "attr_list", "pymdownx.superfences", "pymdownx.arithmatex"]
+_CONFIG = {"pymdownx.arithmatex": {"generic": True}}
+_MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
+_GREEK = ("sigma", "mu", "eps", "epsilon", "delta", "Delta", "Phi", "phi", "rho", "lambda", "alpha",
+          "Omega", "ell", "gamma", "theta", "kappa", "beta", "tau", "xi", "omega", "Qbar", "nu")
+_PLAIN = re.compile(r"\|\||_\{|\^[0-9{(]|\bsqrt\(|\bexp\(|\blog\(| <= | >= |\b(sum|min|max)_(\{|[a-z]\b)|"
+                    r"(?<![.\w-])(" + "|".join(_GREEK) + r")(_|\^|\b(?![.\-=]))")
+_CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+@dataclass(frozen=True)
+class Formula:
+    page: Path
+    line: int
+    tex: str
+    display: bool
+
+
+def math_pages() -> list[Path]:
+    return sorted(p for pattern in MATH_PAGES for p in DOCS.glob(pattern))
+
+
+def site_pages() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def formulas(path: Path) -> list[Formula]:
+    """Every formula of ``path`` as MathJax receives it, in page order."""
+    import markdown
+
+    source = path.read_text()
+    out = markdown.markdown(source, extensions=_EXTENSIONS, extension_configs=_CONFIG)
+    found, start = [], 0
+    for m in _MATH.finditer(out):
+        text = html.unescape(m.group(2)).strip()
+        display = m.group(1) == "div"
+        tex = text[2:-2] if text[:2] in ("\\(", "\\[") else text
+        # The page line: the first line at or after the previous formula's holding its first line.
+        head = tex.strip().splitlines()[0].strip() if tex.strip() else ""
+        at = source.find(head, start) if head else -1
+        line = source.count("\n", 0, at) + 1 if at >= 0 else 0
+        start = at + 1 if at >= 0 else start
+        found.append(Formula(path, line, tex.strip(), display))
+    return found
+
+
+def _where(f: Formula) -> str:
+    try:
+        name = f.page.relative_to(ROOT)
+    except ValueError:
+        name = f.page
+    return f"{name}:{f.line}"
+
+
+def tex_errors(found: list[Formula]) -> list[str]:
+    """One line per formula that pdflatex (amsmath, amssymb) rejects; [] when every one compiles.
+
+    All formulas go into one document, each in its own paragraph; an error is mapped to its
+    formula by the TeX line it names. A fatal error (a runaway argument reads to the end of the
+    file) hides the formulas after it, so then the halves are compiled again, down to the one."""
+    if not found:
+        return []
+    errors, fatal = _compile(found)
+    if not fatal:
+        return errors
+    if len(found) == 1:
+        return errors or [f"{_where(found[0])}: TeX rejects {found[0].tex!r}: {fatal}"]
+    mid = len(found) // 2
+    return tex_errors(found[:mid]) + tex_errors(found[mid:])
+
+
+def _compile(found: list[Formula]) -> tuple[list[str], str]:
+    lines = [r"\documentclass{article}", r"\usepackage{amsmath,amssymb}", r"\begin{document}"]
+    spans = []
+    for f in found:
+        first = len(lines) + 1
+        body = f.tex.splitlines() or [""]
+        if f.display:
+            lines += [r"\[", *body, r"\]"]
+        else:
+            lines += ["$" + " ".join(body) + "$"]
+        lines.append(r"\par")
+        spans.append((first, len(lines), f))
+    lines.append(r"\end{document}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tex = Path(tmp) / "math.tex"
+        tex.write_text("\n".join(lines) + "\n")
+        subprocess.run(["pdflatex", "-interaction=nonstopmode", "-no-shell-escape", tex.name],
+                       cwd=tmp, capture_output=True, text=True, timeout=300)
+        log = (Path(tmp) / "math.log").read_text(errors="replace")
+    errors, bad = [], set()
+    for m in re.finditer(r"^! (.*?)$(?:.*?)^l\.(\d+)", log, re.S | re.M):
+        message, at = m.group(1).strip(), int(m.group(2))
+        for first, last, f in spans:
+            if first <= at <= last and id(f) not in bad:
+                bad.add(id(f))
+                errors.append(f"{_where(f)}: TeX rejects {f.tex!r}: {message}")
+    fatal = ""
+    if "Fatal error occurred" in log or "Emergency stop" in log or "no output PDF" in log:
+        first_error = re.search(r"^! (.*?)$", log, re.M)
+        fatal = first_error.group(1).strip() if first_error else "pdflatex stopped"
+    return errors, fatal
+
+
+def plain_math(path: Path) -> list[str]:
+    """What still looks like plain-text math on ``path``: fences without a language, code spans
+    holding math."""
+    out, fence = [], None
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        stripped = line.strip()
+        if fence is None:
+            m = re.match(r"(`{3,}|~{3,})(.*)$", stripped)
+            if m:
+                fence = m.group(1)
+                if not m.group(2).strip():
+                    out.append(f"{path.relative_to(ROOT)}:{i}: a fence without a language (a display "
+                               "formula is $$ ... $$; a diagram or a listing names its language, e.g. text)")
+                continue
+            for span in _CODE_SPAN.findall(line):
+                if _PLAIN.search(span) and not span.startswith(("--", "otafl ", "python ")):
+                    out.append(f"{path.relative_to(ROOT)}:{i}: plain-text math in a code span: `{span}`")
+        elif stripped.startswith(fence) and not stripped[len(fence):].strip():
+            fence = None
+    return out
+
+
+def main(argv: list[str]) -> int:
+    pages = [Path(a).resolve() for a in argv] or site_pages()
+    found = [f for p in pages for f in formulas(p)]
+    problems = []
+    if shutil.which("pdflatex"):
+        problems += tex_errors(found)
+    else:
+        print("pdflatex not installed: formulas not compiled", file=sys.stderr)
+    math = set(math_pages())
+    problems += [p for page in pages if page in math for p in plain_math(page)]
+    for p in problems:
+        print(p)
+    print(f"{len(found)} formulas on {len(pages)} pages, {len(problems)} problems", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
