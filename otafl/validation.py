@@ -150,7 +150,8 @@ def validate(spec: Spec) -> None:
     if tr.optimizer == "sgd" and tr.lr > FLOAT32_MAX:
         raise OtaflInputError(f"train.lr = {tr.lr!r} is outside the allowed range (0, {FLOAT32_MAX:.6g}] for "
                               "train.optimizer = 'sgd' (its step w - lr g is taken in float32)")
-    check_range("train.weight_decay", tr.weight_decay, 0, None)
+    # Omega multiplies the float32 weights in the loss: beyond float32 the penalty is inf at once.
+    check_range("train.weight_decay", tr.weight_decay, 0, FLOAT32_MAX)
     check_range("train.eval_every", tr.eval_every, 1, None)
     check_range("train.seed", tr.seed, 0, 2**32 - 1)
     _names("train.device", tr.device, names["train.device"])

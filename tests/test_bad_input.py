@@ -590,6 +590,11 @@ def test_sgd_with_a_learning_rate_beyond_float32_is_refused(workdir, monkeypatch
                     "train.lr = 1e+39 is outside the allowed range (0, 3.40282e+38] for train.optimizer = 'sgd'")
 
 
+def test_a_weight_decay_beyond_float32_is_refused_before_training(workdir, monkeypatch):
+    _assert_refused(workdir, monkeypatch, ["run", "spec.toml", "--set", "train.weight_decay=1e39", "--out", "r"],
+                    "train.weight_decay = 1e+39 is outside the allowed range [0, 3.40282e+38]")
+
+
 def test_a_store_in_a_read_only_folder_prints_its_table(workdir, tmp_path):
     import shutil
     import subprocess
