@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mathcheck  # noqa: E402
 
 pytest.importorskip("pymdownx", reason="the docs extra (pip install -e '.[docs]')")
+yaml = pytest.importorskip("yaml", reason="the docs extra (pip install -e '.[docs]')")
 needs_tex = pytest.mark.skipif(shutil.which("pdflatex") is None,
                                reason="pdflatex not installed (apt-get install texlive-latex-base)")
 
