@@ -36,7 +36,7 @@ _MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
 _GREEK = ("sigma", "mu", "eps", "epsilon", "delta", "Delta", "Phi", "phi", "rho", "lambda", "alpha",
           "Omega", "ell", "gamma", "theta", "kappa", "beta", "tau", "xi", "omega", "Qbar", "nu")
 _PLAIN = re.compile(r"\|\||_\{|\^[0-9{(]|\bsqrt\(|\bexp\(|\blog\(| <= | >= |\b(sum|min|max)_(\{|[a-z]\b)|"
-                    r"(?<![.\w-])(" + "|".join(_GREEK) + r")(_|\^|\b(?![.\-=]))")
+                    r"(?<![.\w:-])(" + "|".join(_GREEK) + r")(_(\{|[A-Za-z0-9]{1,2}\b)|\^|\b(?![.\-=]))")
 _CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
 
