@@ -6,6 +6,7 @@ their own for a display), turned by ``pymdownx.arithmatex`` (mkdocs.yml, generic
   MathJax will see, with the page line it starts on;
 * :func:`tex_errors` compiles them all, each on its own, in one ``pdflatex`` document (amsmath,
   amssymb: the macros MathJax's TeX input has too) and returns one line per formula TeX rejects;
+* :func:`stray_math` lists the TeX arithmatex did not take (it would show as source);
 * :func:`plain_math` lists what still looks like plain-text math on a page: a fence without a
   language (the pages' old display formulas) or a code span holding math (``||x||``, ``_{k,t}``,
   ``x^2``, ``sqrt(``, ``<=``, Greek names).
@@ -36,7 +37,7 @@ _MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
 _GREEK = ("sigma", "mu", "eps", "epsilon", "delta", "Delta", "Phi", "phi", "rho", "lambda", "alpha",
           "Omega", "ell", "gamma", "theta", "kappa", "beta", "tau", "xi", "omega", "Qbar", "nu")
 _PLAIN = re.compile(r"\|\||_\{|\^[0-9{(]|\bsqrt\(|\bexp\(|\blog\(| <= | >= |\b(sum|min|max)_(\{|[a-z]\b)|"
-                    r"(?<![.\w:-])(" + "|".join(_GREEK) + r")(_(\{|[A-Za-z0-9]{1,2}\b)|\^|\b(?![.\-=]))")
+                    r"(?<![.\w:\"'-])(" + "|".join(_GREEK) + r")(_(\{|[A-Za-z0-9]{1,2}\b)|\^|\b(?![.\-=\"']))")
 _CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 
 
@@ -134,6 +135,18 @@ def _compile(found: list[Formula]) -> tuple[list[str], str]:
     return errors, fatal
 
 
+def stray_math(path: Path) -> list[str]:
+    """TeX that arithmatex did not take (a ``$$`` display the list around it broke, a ``$`` with a
+    space inside it): a ``$``, ``\\(``, ``\\[`` or TeX command left in the rendered page outside
+    code and formulas."""
+    import markdown
+
+    out = markdown.markdown(path.read_text(), extensions=_EXTENSIONS, extension_configs=_CONFIG)
+    out = _MATH.sub("", re.sub(r"<pre.*?</pre>|<code.*?</code>", "", out, flags=re.S))
+    return [f"{path.relative_to(ROOT)}: TeX not typeset: {m.group(0).strip()!r}"
+            for m in re.finditer(r".{0,30}(\$|\\\(|\\\[|\\[a-zA-Z]+).{0,30}", out)]
+
+
 def plain_math(path: Path) -> list[str]:
     """What still looks like plain-text math on ``path``: fences without a language, code spans
     holding math."""
@@ -165,6 +178,7 @@ def main(argv: list[str]) -> int:
     else:
         print("pdflatex not installed: formulas not compiled", file=sys.stderr)
     math = set(math_pages())
+    problems += [p for page in pages for p in stray_math(page)]
     problems += [p for page in pages if page in math for p in plain_math(page)]
     for p in problems:
         print(p)

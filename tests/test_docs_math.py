@@ -57,6 +57,19 @@ def test_valid_tex_passes_and_a_broken_formula_is_named_with_its_line(tmp_path):
     assert "page.md:12" in errors[1]
 
 
+def test_a_display_that_broke_out_of_its_list_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(mathcheck, "ROOT", tmp_path)
+    assert mathcheck.stray_math(_page(tmp_path)) == []
+    broken = _page(tmp_path, "- an item:\n\n  $$\n  \\frac{1}{2}\n  $$\n\n  more\n\nand $ x$ here\n")
+    found = mathcheck.stray_math(broken)
+    assert all("TeX not typeset" in f for f in found)
+    assert any("frac" in f for f in found) and any("$ x$" in f for f in found)
+
+
+def test_no_tex_is_left_untypeset_on_any_page():
+    assert [p for page in mathcheck.site_pages() for p in mathcheck.stray_math(page)] == []
+
+
 def test_plain_text_math_is_found_and_code_names_are_not(tmp_path, monkeypatch):
     monkeypatch.setattr(mathcheck, "ROOT", tmp_path)
     assert mathcheck.plain_math(_page(tmp_path)) == []
