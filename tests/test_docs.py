@@ -122,7 +122,8 @@ def test_a_norun_block_is_shown_not_run_and_a_bash_block_is_reported(tmp_path):
 
 
 def test_a_fence_with_bare_option_words_is_reported_it_would_render_as_inline_code(tmp_path):
-    import markdown
+    markdown = pytest.importorskip("markdown", reason="the docs extra (pip install -e '.[docs]')")
+    pytest.importorskip("pymdownx", reason="the docs extra (pip install -e '.[docs]')")
 
     bare = "```console slow\n$ echo 1\n1\n```\n\nafter *this*\n"
     (msg,) = doccheck.unmarked_shell_blocks(_page(tmp_path, bare))
