@@ -9,7 +9,7 @@ their own for a display), turned by ``pymdownx.arithmatex`` (mkdocs.yml, generic
 * :func:`stray_math` lists the TeX arithmatex did not take (it would show as source);
 * :func:`plain_math` lists what still looks like plain-text math on a page: a fence without a
   language (the pages' old display formulas) or a code span holding math (``||x||``, ``_{k,t}``,
-  ``x^2``, ``sqrt(``, ``<=``, Greek names).
+  ``x^2``, ``sqrt(``, ``<=``, Greek names) or math in the running text (``sigma_k^2``, ``K^{3/4}``).
 
     python tests/mathcheck.py                  # every page of the site: formulas, TeX errors, plain math
     python tests/mathcheck.py docs/model.md    # one page
@@ -28,8 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-# The pages whose subject is math: every formula on them is TeX, none is plain text.
-MATH_PAGES = ("model.md", "privacy/*.md")
 
 _EXTENSIONS = ["admonition", "tables", "attr_list", "pymdownx.superfences", "pymdownx.arithmatex"]
 _CONFIG = {"pymdownx.arithmatex": {"generic": True}}
@@ -39,6 +37,10 @@ _GREEK = ("sigma", "mu", "eps", "epsilon", "delta", "Delta", "Phi", "phi", "rho"
 _PLAIN = re.compile(r"\|\||_\{|\^[0-9{(]|\bsqrt\(|\bexp\(|\blog\(| <= | >= |\b(sum|min|max)_(\{|[a-z]\b)|"
                     r"(?<![.\w:\"'-])(" + "|".join(_GREEK) + r")(_(\{|[A-Za-z0-9]{1,2}\b)|\^|\b(?![.\-=\"']))")
 _CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+# Plain-text math in running prose (outside code spans and formulas): a norm, a braced subscript,
+# a power, a square root, a subscripted or squared Greek name.
+_PROSE = re.compile(r"\|\||\b\w+_\{|\b[A-Za-z]\w*\^[\w{(]|\bsqrt\(|"
+                    r"\b(" + "|".join(_GREEK) + r")(_[A-Za-z0-9]{1,2}\b|\^)")
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,6 @@ class Formula:
     line: int
     tex: str
     display: bool
-
-
-def math_pages() -> list[Path]:
-    return sorted(p for pattern in MATH_PAGES for p in DOCS.glob(pattern))
 
 
 def site_pages() -> list[Path]:
@@ -149,10 +147,15 @@ def stray_math(path: Path) -> list[str]:
 
 def plain_math(path: Path) -> list[str]:
     """What still looks like plain-text math on ``path``: fences without a language, code spans
-    holding math."""
-    out, fence = [], None
+    holding math, math in running prose."""
+    out, fence, display = [], None, False
     for i, line in enumerate(path.read_text().splitlines(), 1):
         stripped = line.strip()
+        if fence is None and stripped == "$$":
+            display = not display
+            continue
+        if display:
+            continue
         if fence is None:
             m = re.match(r"(`{3,}|~{3,})(.*)$", stripped)
             if m:
@@ -166,7 +169,18 @@ def plain_math(path: Path) -> list[str]:
                     out.append(f"{path.relative_to(ROOT)}:{i}: plain-text math in a code span: `{span}`")
         elif stripped.startswith(fence) and not stripped[len(fence):].strip():
             fence = None
-    return out
+    return out + _prose_math(path)
+
+
+def _prose_math(path: Path) -> list[str]:
+    """Math in running prose: the rendered page without code, formulas, tags and link targets."""
+    import markdown
+
+    out = markdown.markdown(path.read_text(), extensions=_EXTENSIONS, extension_configs=_CONFIG)
+    out = _MATH.sub(" ", re.sub(r"<pre.*?</pre>|<code.*?</code>", " ", out, flags=re.S))
+    text = html.unescape(re.sub(r"<[^>]+>", " ", out))
+    return [f"{path.relative_to(ROOT)}: plain-text math in the text: "
+            f"{' '.join(text[max(0, m.start() - 25):m.end() + 15].split())!r}" for m in _PROSE.finditer(text)]
 
 
 def main(argv: list[str]) -> int:
@@ -177,9 +191,8 @@ def main(argv: list[str]) -> int:
         problems += tex_errors(found)
     else:
         print("pdflatex not installed: formulas not compiled", file=sys.stderr)
-    math = set(math_pages())
     problems += [p for page in pages for p in stray_math(page)]
-    problems += [p for page in pages if page in math for p in plain_math(page)]
+    problems += [p for page in pages for p in plain_math(page)]
     for p in problems:
         print(p)
     print(f"{len(found)} formulas on {len(pages)} pages, {len(problems)} problems", file=sys.stderr)
