@@ -9,7 +9,7 @@ their own for a display), turned by ``pymdownx.arithmatex`` (mkdocs.yml, generic
 * :func:`stray_math` lists the TeX arithmatex did not take (it would show as source);
 * :func:`plain_math` lists what still looks like plain-text math on a page: a fence without a
   language (the pages' old display formulas) or a code span holding math (``||x||``, ``_{k,t}``,
-  ``x^2``, ``sqrt(``, ``<=``, Greek names) or math in the running text (``sigma_k^2``, ``K^{3/4}``).
+  ``x^2``, ``sqrt(``, ``<=``, a Greek name with a subscript or a power; a bare name such as ``rho`` may be a key) or math in the running text (``sigma_k^2``, ``K^{3/4}``).
 
     python tests/mathcheck.py                  # every page of the site: formulas, TeX errors, plain math
     python tests/mathcheck.py docs/model.md    # one page
@@ -35,7 +35,7 @@ _MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
 _GREEK = ("sigma", "mu", "eps", "epsilon", "delta", "Delta", "Phi", "phi", "rho", "lambda", "alpha",
           "Omega", "ell", "gamma", "theta", "kappa", "beta", "tau", "xi", "omega", "Qbar", "nu")
 _PLAIN = re.compile(r"\|\||_\{|\^[0-9{(]|\bsqrt\(|\bexp\(|\blog\(| <= | >= |\b(sum|min|max)_(\{|[a-z]\b)|"
-                    r"(?<![.\w:\"'-])(" + "|".join(_GREEK) + r")(_(\{|[A-Za-z0-9]{1,2}\b)|\^|\b(?![.\-=\"']))")
+                    r"(?<![.\w:\"'-])(" + "|".join(_GREEK) + r")(_(\{|[A-Za-z0-9]{1,2}\b)|\^)")
 _CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 # Plain-text math in running prose (outside code spans and formulas): a norm, a braced subscript,
 # a power, a square root, a subscripted or squared Greek name.
@@ -145,10 +145,20 @@ def stray_math(path: Path) -> list[str]:
             for m in re.finditer(r".{0,30}(\$|\\\(|\\\[|\\[a-zA-Z]+).{0,30}", out)]
 
 
+def _spec_keys() -> set[str]:
+    """The experiment spec's keys (otafl.config.SECTIONS): a code span naming one is a key, even
+    when it reads like math (`delta_l`, `rho`)."""
+    import dataclasses
+
+    from otafl.config import SECTIONS
+
+    return {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+
+
 def plain_math(path: Path) -> list[str]:
     """What still looks like plain-text math on ``path``: fences without a language, code spans
     holding math, math in running prose."""
-    out, fence, display = [], None, False
+    out, fence, display, keys = [], None, False, _spec_keys()
     for i, line in enumerate(path.read_text().splitlines(), 1):
         stripped = line.strip()
         if fence is None and stripped == "$$":
@@ -165,7 +175,7 @@ def plain_math(path: Path) -> list[str]:
                                "formula is $$ ... $$; a diagram or a listing names its language, e.g. text)")
                 continue
             for span in _CODE_SPAN.findall(line):
-                if _PLAIN.search(span) and not span.startswith(("--", "otafl ", "python ")):
+                if _PLAIN.search(span) and span not in keys and not span.startswith(("--", "otafl ", "python ")):
                     out.append(f"{path.relative_to(ROOT)}:{i}: plain-text math in a code span: `{span}`")
         elif stripped.startswith(fence) and not stripped[len(fence):].strip():
             fence = None

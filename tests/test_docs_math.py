@@ -73,7 +73,7 @@ def test_no_tex_is_left_untypeset_on_any_page():
 def test_plain_text_math_is_found_and_code_names_are_not(tmp_path, monkeypatch):
     monkeypatch.setattr(mathcheck, "ROOT", tmp_path)
     assert mathcheck.plain_math(_page(tmp_path)) == []
-    plain = _page(tmp_path, PAGE + "\nthe norm `||g_k|| <= L` and\n\n```\nH = sup_S [P(S) - e^eps Q(S)]\n```\n")
+    plain = _page(tmp_path, PAGE + "\nthe norm `||g_k|| <= L` and the key `delta_l`\n\n```\nH = sup_S [P(S) - e^eps Q(S)]\n```\n")
     found = mathcheck.plain_math(plain)
     assert len(found) == 2 and "code span" in found[0] and "without a language" in found[1]
     prose = _page(tmp_path, PAGE + "\nthe noise sigma_k^2 and the law N(0, 1), and O(1/K^{3/4}).\n")
