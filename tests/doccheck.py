@@ -63,6 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from otafl.reaper import Reaper  # noqa: E402
 REL_TOL = 5e-3
 """Relative tolerance of a quoted number (the one stated in docs/index.md)."""
 ABS_TOL = 1e-9
@@ -231,15 +233,23 @@ def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str
     the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
     env = {**os.environ, "OTAFL_THREADS": "1", "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     # a session of its own: a signal to the command's process group never reaches the checker, and
-    # a command past its timeout is ended with everything it started
-    proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:  # a failure of this command, not of the whole check
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, _ = proc.communicate()
-        return 124, stdout.splitlines() + [f"(doccheck: timed out after {timeout:.0f} s)"]
+    # a command past its timeout is ended with everything it started. Being in another session, it
+    # would outlive a checker that is killed (CI cancelled, Ctrl-C of pytest): otafl's guard process
+    # ends every process the checker started when the checker dies (otafl/reaper.py, tree()).
+    with Reaper() as guard:
+        guard.tree()
+        proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a failure of this command, not of the whole check
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+            return 124, stdout.splitlines() + [f"(doccheck: timed out after {timeout:.0f} s)"]
+        except BaseException:  # Ctrl-C, SIGTERM turned into an exception: the command goes first
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     said = [ln for ln in stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
     return proc.returncode, stdout.splitlines() + said
 

@@ -197,3 +197,39 @@ def test_a_command_that_runs_too_long_fails_alone_and_takes_its_children_with_it
 def test_a_command_that_signals_its_process_group_does_not_end_the_check():
     code, _ = doccheck.run("kill -9 0", Path("."))
     assert code != 0  # the command died, the checker did not
+
+
+def test_a_killed_checker_takes_the_command_it_runs_down(tmp_path):
+    """The commands run in sessions of their own; a checker killed with SIGKILL (CI cancelled)
+    must not leave them running (otafl's guard process ends them)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pidfile = tmp_path / "pid"
+    page = _page(tmp_path, "```console\n$ python -c \"import os, time; open('%s', 'w').write(str(os.getpid())); "
+                 "time.sleep(120)\"\n```\n" % pidfile)
+    checker = subprocess.Popen([sys.executable, str(Path(doccheck.__file__)), str(page)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid = int(pidfile.read_text())
+        time.sleep(0.6)  # the guard records the checker's descendants every 0.25 s
+        os.kill(checker.pid, signal.SIGKILL)
+        checker.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"the command (pid {pid}) outlived its killed checker by 10 s")
+    finally:
+        if checker.poll() is None:
+            checker.kill()
