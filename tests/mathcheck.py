@@ -17,6 +17,7 @@ their own for a display), turned by ``pymdownx.arithmatex`` (mkdocs.yml, generic
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 import shutil
@@ -25,6 +26,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doccheck import _fences  # noqa: E402  (one fence scanner for the docs checks)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -55,14 +59,24 @@ def site_pages() -> list[Path]:
     return sorted(DOCS.rglob("*.md"))
 
 
-def formulas(path: Path) -> list[Formula]:
-    """Every formula of ``path`` as MathJax receives it, in page order."""
+@functools.lru_cache(maxsize=64)
+def _render(source: str) -> str:
+    """A page's HTML as the site renders it (the Markdown extensions that shape its math)."""
     import markdown
 
+    return markdown.markdown(source, extensions=_EXTENSIONS, extension_configs=_CONFIG)
+
+
+def _prose(source: str) -> str:
+    """The rendered page without its code and its formulas."""
+    return _MATH.sub(" ", re.sub(r"<pre.*?</pre>|<code.*?</code>", " ", _render(source), flags=re.S))
+
+
+def formulas(path: Path) -> list[Formula]:
+    """Every formula of ``path`` as MathJax receives it, in page order."""
     source = path.read_text()
-    out = markdown.markdown(source, extensions=_EXTENSIONS, extension_configs=_CONFIG)
     found, start = [], 0
-    for m in _MATH.finditer(out):
+    for m in _MATH.finditer(_render(source)):
         text = html.unescape(m.group(2)).strip()
         display = m.group(1) == "div"
         tex = text[2:-2] if text[:2] in ("\\(", "\\[") else text
@@ -137,58 +151,47 @@ def stray_math(path: Path) -> list[str]:
     """TeX that arithmatex did not take (a ``$$`` display the list around it broke, a ``$`` with a
     space inside it): a ``$``, ``\\(``, ``\\[`` or TeX command left in the rendered page outside
     code and formulas."""
-    import markdown
-
-    out = markdown.markdown(path.read_text(), extensions=_EXTENSIONS, extension_configs=_CONFIG)
-    out = _MATH.sub("", re.sub(r"<pre.*?</pre>|<code.*?</code>", "", out, flags=re.S))
     return [f"{path.relative_to(ROOT)}: TeX not typeset: {m.group(0).strip()!r}"
-            for m in re.finditer(r".{0,30}(\$|\\\(|\\\[|\\[a-zA-Z]+).{0,30}", out)]
+            for m in re.finditer(r".{0,30}(\$|\\\(|\\\[|\\[a-zA-Z]+).{0,30}", _prose(path.read_text()))]
 
 
-def _spec_keys() -> set[str]:
+@functools.lru_cache(maxsize=1)
+def _spec_keys() -> frozenset[str]:
     """The experiment spec's keys (otafl.config.SECTIONS): a code span naming one is a key, even
     when it reads like math (`delta_l`, `rho`)."""
     import dataclasses
 
     from otafl.config import SECTIONS
 
-    return {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+    return frozenset(f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls))
 
 
 def plain_math(path: Path) -> list[str]:
     """What still looks like plain-text math on ``path``: fences without a language, code spans
     holding math, math in running prose."""
-    out, fence, display, keys = [], None, False, _spec_keys()
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        stripped = line.strip()
-        if fence is None and stripped == "$$":
+    lines, out, keys = path.read_text().splitlines(), [], _spec_keys()
+    fenced = set()
+    for i, m, j in _fences(lines):
+        fenced.update(range(i, j + 1))
+        if not m.group(2).strip():
+            out.append(f"{path.relative_to(ROOT)}:{i + 1}: a fence without a language (a display "
+                       "formula is $$ ... $$; a diagram or a listing names its language, e.g. text)")
+    display = False
+    for i, line in enumerate(lines):
+        if i in fenced:
+            continue
+        if line.strip() == "$$":
             display = not display
-            continue
-        if display:
-            continue
-        if fence is None:
-            m = re.match(r"(`{3,}|~{3,})(.*)$", stripped)
-            if m:
-                fence = m.group(1)
-                if not m.group(2).strip():
-                    out.append(f"{path.relative_to(ROOT)}:{i}: a fence without a language (a display "
-                               "formula is $$ ... $$; a diagram or a listing names its language, e.g. text)")
-                continue
+        elif not display:
             for span in _CODE_SPAN.findall(line):
                 if _PLAIN.search(span) and span not in keys and not span.startswith(("--", "otafl ", "python ")):
-                    out.append(f"{path.relative_to(ROOT)}:{i}: plain-text math in a code span: `{span}`")
-        elif stripped.startswith(fence) and not stripped[len(fence):].strip():
-            fence = None
-    return out + _prose_math(path)
+                    out.append(f"{path.relative_to(ROOT)}:{i + 1}: plain-text math in a code span: `{span}`")
+    return sorted(out, key=lambda s: int(s.split(":")[1])) + _prose_math(path)
 
 
 def _prose_math(path: Path) -> list[str]:
     """Math in running prose: the rendered page without code, formulas, tags and link targets."""
-    import markdown
-
-    out = markdown.markdown(path.read_text(), extensions=_EXTENSIONS, extension_configs=_CONFIG)
-    out = _MATH.sub(" ", re.sub(r"<pre.*?</pre>|<code.*?</code>", " ", out, flags=re.S))
-    text = html.unescape(re.sub(r"<[^>]+>", " ", out))
+    text = html.unescape(re.sub(r"<[^>]+>", " ", _prose(path.read_text())))
     return [f"{path.relative_to(ROOT)}: plain-text math in the text: "
             f"{' '.join(text[max(0, m.start() - 25):m.end() + 15].split())!r}" for m in _PROSE.finditer(text)]
 
