@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from otafl.errors import OtaflInputError
+from otafl.names import DEVICES  # noqa: F401 (the accepted names, torch-free; part of this module's interface)
 
 THREADS_ENV = "OTAFL_THREADS"
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()  # torch's own choice, before anyone set it
@@ -42,10 +43,6 @@ def threads_chosen() -> None:
     """Mark the thread count as chosen (the CLI's ``--threads``): :func:`default_threads` keeps it."""
     global _THREADS_CHOSEN
     _THREADS_CHOSEN = True
-
-
-#: Accepted device names (``train.device``, ``--device``).
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def resolve_device(name: str) -> torch.device:

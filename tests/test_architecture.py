@@ -157,7 +157,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 #: may import only modules of its own layer or below. The run setup sits below the loop that
 #: uses it, the strategies' implementations (otafl.fl) below the spec that names them.
 LAYERS = [
-    ("otafl.errors", "otafl.limits", "otafl.device", "otafl.progress", "otafl.results", "otafl.heap",
+    ("otafl.errors", "otafl.names", "otafl.limits", "otafl.device", "otafl.progress", "otafl.results", "otafl.heap",
      "otafl.reaper"),
     ("otafl.privacy",),
     ("otafl.channel", "otafl.transmit", "otafl.sampling", "otafl.estimate", "otafl.data", "otafl.models"),

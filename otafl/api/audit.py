@@ -28,7 +28,7 @@ import torch
 
 from otafl.api.bound import bound_grid
 from otafl.heap import retained_heap
-from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.api.defaults import AUDIT_ACCOUNTANTS, AUDIT_SCOPES, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
 from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range
@@ -41,9 +41,9 @@ from otafl.progress import Progress, Tally
 
 __all__ = ["AUDIT_BATCH", "DEFAULT_ACCOUNTANTS", "SCOPES", "audit_grid"]
 
-DEFAULT_ACCOUNTANTS = ("paper", "tight", "exact")
+DEFAULT_ACCOUNTANTS = AUDIT_ACCOUNTANTS
 """All three: the audit is there to compare them."""
-SCOPES = ("central", "local", "both")
+SCOPES = AUDIT_SCOPES
 AUDIT_BATCH = 1 << 16
 """Monte Carlo draws per call of ``audit_round`` (its chunk: the stream is that of one call)."""
 EXACT_PIECE = 16

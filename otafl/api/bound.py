@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 import torch
 
-from otafl.api.defaults import DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.api.defaults import DEFAULT_CHANNEL_ROUNDS, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_memory, count_window_bytes
 from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range, check_scale
@@ -67,9 +67,6 @@ __all__ = ["COMPOSITIONS", "DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "PLD_ACCOUNTAN
 
 GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
 """The axes of the grid, in row order (the last varies fastest)."""
-
-DEFAULT_CHANNEL_ROUNDS = 1000
-"""Fading rounds a channel preset draws without ``rounds`` (the per-round worst case)."""
 
 CHUNK_ELEMENTS = 1 << 14
 """(grid point, round) pairs per chunk: bounds the accountants' temporaries."""

@@ -27,9 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
-from otafl.device import default_threads
 from otafl.config import Spec
 from otafl.validation import validate
 from otafl.errors import MAX_SCALE, OtaflInputError, check_range
@@ -233,6 +230,8 @@ def solution_intervals(f: Callable[[float], float], grid: Sequence[float], targe
 def make_grid(lo: float, hi: float, points: int, *, log: bool, integer: bool) -> list[float]:
     """``points`` values from lo to hi (both included): geometric when ``log``, else linear;
     rounded and de-duplicated when ``integer``."""
+    import numpy as np
+
     grid = np.geomspace(lo, hi, points) if log else np.linspace(lo, hi, points)
     grid[0], grid[-1] = lo, hi
     if integer:
@@ -321,6 +320,8 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     Returns a :class:`CalibrationResult`; raises :class:`CalibrationInfeasible` when no
     value in the range meets the target and :class:`OtaflInputError` on bad input.
     """
+    from otafl.device import default_threads  # (here: importing this module, for KNOBS, needs no torch)
+
     default_threads()  # the CLI's thread policy (otafl/device.py)
     k, accountant = _check_inputs(spec, knob, target_epsilon, target_delta, accountant, scope, grid_points, tol)
     target_delta = spec.privacy.delta_total if target_delta is None else target_delta

@@ -14,7 +14,7 @@ from typing import Sequence
 import torch
 
 from otafl.device import default_threads
-from otafl.api.defaults import PAPER_DIM
+from otafl.api.defaults import CURVES_P, CURVES_PRESET
 from otafl.errors import check_range, check_scale
 from otafl.progress import Progress, Tally
 
@@ -23,10 +23,10 @@ __all__ = ["ACCOUNTANTS", "DEFAULT_P", "PRESET", "accountant_curves"]
 ACCOUNTANTS = ("paper", "tight", "exact")
 """The accountants of the figure, in drawing order."""
 
-PRESET = dict(users=200, sigma2=0.1, clip=1.0, delta_l=1e-5, n0=0.0, dim=PAPER_DIM)
+PRESET = CURVES_PRESET
 """The paper's preset: the defaults of :func:`accountant_curves`."""
 
-DEFAULT_P = tuple(round(0.05 * i, 2) for i in range(1, 21))
+DEFAULT_P = CURVES_P
 """p = 0.05, 0.10, ..., 1."""
 
 

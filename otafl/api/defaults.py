@@ -19,6 +19,28 @@ JSON_NON_FINITE = 'JSON writes non-finite numbers as the strings "inf", "-inf" a
 NO_ACCOUNTANT = "no accountant given"
 """The one-line error when the list of accountants is empty (e.g. ``--accountant ''``)."""
 
+# The entry points' names and defaults that the commands offer as option choices and defaults,
+# here (no torch) so that ``otafl --help`` and a misspelt option load none of the math; each
+# entry point's module re-exports its own under its own name.
+
+AUDIT_ACCOUNTANTS = ("paper", "tight", "exact")
+"""``audit_grid``'s default accountants (``otafl.api.audit.DEFAULT_ACCOUNTANTS``): all three, to compare them."""
+
+AUDIT_SCOPES = ("central", "local", "both")
+"""``audit_grid``'s scopes (``otafl.api.audit.SCOPES``)."""
+
+DEFAULT_CHANNEL_ROUNDS = 1000
+"""Fading rounds a channel preset draws in ``bound_grid`` without ``rounds`` (the per-round worst case)."""
+
+CURVES_PRESET = dict(users=200, sigma2=0.1, clip=1.0, delta_l=1e-5, n0=0.0, dim=PAPER_DIM)
+"""The paper's preset: the defaults of ``accountant_curves`` (``otafl.api.curves.PRESET``)."""
+
+CURVES_P = tuple(round(0.05 * i, 2) for i in range(1, 21))
+"""p = 0.05, 0.10, ..., 1: ``accountant_curves``' default grid (``otafl.api.curves.DEFAULT_P``)."""
+
+SCALING_SCHEMES = ("fixed_p", "sqrt_p")
+"""``scaling_grid``'s schemes (``otafl.api.scaling.SCHEMES``): fixed_p: p constant; sqrt_p: p = a K^{-1/2}."""
+
 
 def accountant_names() -> list[str]:
     """The registered accountants (``otafl.privacy.accountants.ACCOUNTANTS``), sorted."""

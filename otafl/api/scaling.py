@@ -35,14 +35,14 @@ import numpy as np
 import torch
 
 from otafl.device import default_threads
-from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, check_accountants
+from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, SCALING_SCHEMES, check_accountants
 from otafl.errors import OtaflInputError, check_range, check_scale
 from otafl.privacy.accountants import get_accountant
 
 __all__ = ["SCHEMES", "THEORY_SLOPES", "SLOW_ACCOUNTANTS", "fit_loglog_slope", "log_users", "scaling_curves",
            "scaling_grid"]
 
-SCHEMES = ("fixed_p", "sqrt_p")
+SCHEMES = SCALING_SCHEMES
 """fixed_p: p constant; sqrt_p: p = a K^{-1/2}."""
 
 THEORY_SLOPES = {"fixed_p": -0.5, "sqrt_p": -0.75}

@@ -12,23 +12,21 @@ This subpackage never imports the training code (``otafl.fl``, ``otafl.data``,
 - :mod:`~otafl.privacy.audit`: Monte Carlo audit of one round's leakage.
 """
 
-from otafl.privacy.accountants import (
-    ACCOUNTANTS,
-    REASONS,
-    Accountant,
-    AccountantResult,
-    PrivacyResult,
-    RoundBound,
-    account_run,
-    compose_round_bounds,
-    composition_name,
-    exact_round,
-    get_accountant,
-    paper_round,
-    reason_text,
-    tight_round,
-)
-from otafl.privacy.facts import RoundFacts
+import importlib
+
+#: Re-exported names, imported on first use (PEP 562): importing a light submodule (the
+#: accountants' registry, :mod:`otafl.privacy.names`) runs no torch.
+_LAZY = {**dict.fromkeys(["ACCOUNTANTS", "REASONS", "Accountant", "AccountantResult", "PrivacyResult", "RoundBound",
+                          "account_run", "compose_round_bounds", "composition_name", "exact_round", "get_accountant",
+                          "paper_round", "reason_text", "tight_round"], "otafl.privacy.accountants"),
+         "RoundFacts": "otafl.privacy.facts"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'otafl.privacy' has no attribute {name!r}")
+
 
 __all__ = [
     "ACCOUNTANTS",

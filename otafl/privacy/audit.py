@@ -33,11 +33,10 @@ import torch
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.analysis.ota_round import RoundSpec
+from otafl.privacy.names import ADVERSARIES
 
 _DT = torch.float64
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-ADVERSARIES = ("hidden", "others", "total")
 
 
 @dataclass(frozen=True)

@@ -7,35 +7,31 @@
 - :mod:`~otafl.privacy.accountants.registry`: :data:`ACCOUNTANTS`, the names;
 - :mod:`~otafl.privacy.accountants.run`: composition over rounds and :func:`account_run`.
 
-Importing this package is cheap: scipy, Opacus and dp_accounting load on first use.
+Importing this package is cheap: its names load their submodules on first use (torch with
+them; scipy, Opacus and dp_accounting later still, when an accountant first needs them).
 """
 
-from otafl.privacy.accountants.base import (
-    CENTRAL_REASONS,
-    GRID_CHUNK,
-    REASON_DELTA_PRIME,
-    REASON_HOEFFDING,
-    REASON_NO_CENTRAL_NOISE,
-    REASON_NO_LOCAL_NOISE,
-    REASONS,
-    RoundBound,
-    RoundInputs,
-    evaluate_in_chunks,
-    prepare_round,
-    reason_text,
-)
-from otafl.privacy.accountants.exact import compose_exact, exact_round
-from otafl.privacy.accountants.paper import paper_round
-from otafl.privacy.accountants.registry import ACCOUNTANTS, Accountant, get_accountant
-from otafl.privacy.accountants.run import (
-    AccountantResult,
-    PrivacyResult,
-    account_run,
-    compose_round_bounds,
-    composition_name,
-    exact_total,
-)
-from otafl.privacy.accountants.tight import tight_round
+import importlib
+
+#: Each re-exported name -> the submodule that defines it; imported on first use (PEP 562), so
+#: that importing the registry (:mod:`~otafl.privacy.accountants.registry`, the names) needs
+#: no torch: ``otafl --help`` lists the accountants without loading the math.
+_LAZY = {
+    **dict.fromkeys(["CENTRAL_REASONS", "GRID_CHUNK", "REASON_DELTA_PRIME", "REASON_HOEFFDING",
+                     "REASON_NO_CENTRAL_NOISE", "REASON_NO_LOCAL_NOISE", "REASONS", "RoundBound", "RoundInputs",
+                     "evaluate_in_chunks", "prepare_round", "reason_text"], "base"),
+    "compose_exact": "exact", "exact_round": "exact", "paper_round": "paper", "tight_round": "tight",
+    **dict.fromkeys(["ACCOUNTANTS", "Accountant", "get_accountant"], "registry"),
+    **dict.fromkeys(["AccountantResult", "PrivacyResult", "account_run", "compose_round_bounds",
+                     "composition_name", "exact_total"], "run"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"otafl.privacy.accountants.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'otafl.privacy.accountants' has no attribute {name!r}")
+
 
 __all__ = [
     "ACCOUNTANTS",

@@ -1,21 +1,20 @@
 """The registry of accountants by name: the single source of the accountant names.
 
-Importing it is cheap (torch only; scipy, Opacus and dp_accounting are imported when an
-accountant first needs them), so spec validation can check names against it.
+Importing it is cheap (no torch, scipy, Opacus or dp_accounting: each accountant's module is
+imported when its function is first used), so spec validation and the CLI's option choices
+(``otafl --help``, a misspelt ``--accountant``) read the names from it without loading the math.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from otafl.errors import OtaflInputError
-from otafl.privacy.accountants.base import RoundBound, evaluate_in_chunks
-from otafl.privacy.accountants.digital import digital_round
-from otafl.privacy.accountants.exact import exact_round
-from otafl.privacy.accountants.paper import paper_round
-from otafl.privacy.accountants.steps import steps_round, steps_sumdom_round
-from otafl.privacy.accountants.tight import tight_round
+
+if TYPE_CHECKING:
+    from otafl.privacy.accountants.base import RoundBound
 
 __all__ = ["Accountant", "ACCOUNTANTS", "STEPS_ACCOUNTANTS", "get_accountant"]
 
@@ -28,27 +27,41 @@ class Accountant:
     shown for comparison with its source, flagged ``!``, never a default)."""
 
     name: str
-    round_bound: Callable[..., RoundBound]
+    function: str
+    """``"module:function"`` of its per-round function, imported on first use."""
     summary: str
     guaranteed: bool = True
 
+    @property
+    def round_bound(self) -> Callable[..., RoundBound]:
+        """The per-round function (its module imported now, if it was not)."""
+        module, _, attr = self.function.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
     def bound(self, **kwargs) -> RoundBound:
         """``round_bound(**kwargs)`` evaluated in grid chunks (:func:`evaluate_in_chunks`)."""
+        from otafl.privacy.accountants.base import evaluate_in_chunks
+
         return evaluate_in_chunks(self.round_bound, **kwargs)
 
 
+_M = "otafl.privacy.accountants."
+
+
 ACCOUNTANTS: dict[str, Accountant] = {
-    "paper": Accountant("paper", paper_round, "the paper's closed forms: Hoeffding quantile, classic Gaussian"),
-    "tight": Accountant("tight", tight_round,
+    "paper": Accountant("paper", _M + "paper:paper_round",
+                        "the paper's closed forms: Hoeffding quantile, classic Gaussian"),
+    "tight": Accountant("tight", _M + "tight:tight_round",
                         "exact Poisson-binomial quantile, analytic Gaussian, channel noise included, unamplified LDP"),
-    "exact": Accountant("exact", exact_round,
+    "exact": Accountant("exact", _M + "exact:exact_round",
                         "numerical hockey-stick bound of the over-the-air round (counts revealed, dimension-aware)"),
-    "steps": Accountant("steps", steps_round,
+    "steps": Accountant("steps", _M + "steps:steps_round",
                         "local DP-SGD steps; the others' last-step, artificial and channel noise credited (add/remove)"),
-    "steps-sumdom": Accountant("steps-sumdom", steps_sumdom_round,
+    "steps-sumdom": Accountant("steps-sumdom", _M + "steps:steps_sumdom_round",
                                "the source's sum-domination of local DP-SGD steps; NOT a guaranteed bound (S > 1)",
                                guaranteed=False),
-    "digital": Accountant("digital", digital_round, "secure aggregation, distributed noise, participation revealed"),
+    "digital": Accountant("digital", _M + "digital:digital_round",
+                          "secure aggregation, distributed noise, participation revealed"),
 }
 """Accountants by name (``click.Choice(sorted(ACCOUNTANTS))``)."""
 

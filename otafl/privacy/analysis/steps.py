@@ -46,6 +46,7 @@ import numpy as np
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.analysis.pld import pld_fits, take_notes  # noqa: F401 - take_notes re-exported
+from otafl.privacy.names import COMPOSITIONS, USER_SAMPLING
 
 __all__ = [
     "COMPOSITIONS",
@@ -63,11 +64,9 @@ __all__ = [
     "subsampled_gaussian_epsilon",
 ]
 
-COMPOSITIONS = ("pld", "rdp", "rdp-classic")
-"""How rounds (and steps) are composed and turned into (eps, delta)."""
-
-USER_SAMPLING = ("revealed", "hidden")
-"""Whether the adversary may see the record's user take part (module docstring)."""
+# COMPOSITIONS (how rounds and steps are composed and turned into (eps, delta)) and USER_SAMPLING
+# (whether the adversary may see the record's user take part, module docstring): otafl.privacy.names,
+# torch-free, so that the CLI offers them without loading this module.
 
 PLD_DISCRETIZATION = 1e-4
 """Loss discretisation of every PLD (dp_accounting's default, PLDAccountant's too)."""

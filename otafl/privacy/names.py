@@ -1,0 +1,16 @@
+"""Names the privacy code accepts that the CLI offers as choices, kept apart from the torch
+code that implements them so that ``otafl --help`` and a misspelt option import no torch.
+(The accountants' names are their registry's, :mod:`otafl.privacy.accountants.registry`,
+which is just as light.)"""
+
+#: What the Monte Carlo audit's adversary knows (:mod:`otafl.privacy.audit`): ``hidden`` only
+#: the law of the participant count; ``others`` / ``total`` also the number of other / of all
+#: participants (exact's two conditional bounds).
+ADVERSARIES = ("hidden", "others", "total")
+
+#: How rounds (and local steps) are composed and turned into (eps, delta)
+#: (:mod:`otafl.privacy.analysis.steps`; ``otafl bound --composition``).
+COMPOSITIONS = ("pld", "rdp", "rdp-classic")
+
+#: Whether the adversary may see the record's user take part (:mod:`otafl.privacy.analysis.steps`).
+USER_SAMPLING = ("revealed", "hidden")
