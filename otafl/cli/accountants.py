@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from otafl.api.curves import DEFAULT_P, PRESET, accountant_curves
+from otafl.api.defaults import CURVES_P as DEFAULT_P, CURVES_PRESET as PRESET
 from otafl.cli.options import parse_list, quiet_option
 from otafl.progress import progress_bar
 from otafl.report.text import accountants_text
@@ -39,6 +39,7 @@ from otafl.report.text import accountants_text
 @quiet_option
 def plot_accountants(out, p, users, sigma2, clip, delta_l, n0, dim, fmt, quiet):
     """Write the accountants figure (per-round central epsilon vs p of paper, tight, exact) and print it."""
+    from otafl.api.curves import accountant_curves
     from otafl.report.accountants_figure import plot_accountants as draw
     from otafl.report.text import csv_text, json_text
     from otafl.results import output_target

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import click
 
-from otafl.api.audit import DEFAULT_ACCOUNTANTS, SCOPES, audit_grid
-from otafl.api.defaults import PAPER_DIM
+from otafl.api.defaults import AUDIT_ACCOUNTANTS as DEFAULT_ACCOUNTANTS, AUDIT_SCOPES as SCOPES, PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
                                delta_total_option, output_options, parse_delta_prime,
                                parse_list, quiet_option)
-from otafl.device import resolve_device
 from otafl.limits import DEFAULT_MAX_DRAWS
-from otafl.privacy.audit import ADVERSARIES
+from otafl.privacy.names import ADVERSARIES
 from otafl.progress import progress_bar
 from otafl.report.text import audit_text
 
@@ -54,6 +52,9 @@ from otafl.report.text import audit_text
 def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_total, samples, seed,
           scope, adversary, confidence, max_draws, fmt, device, quiet):
     """Monte Carlo audit of the mechanism beside each accountant's (epsilon, delta)."""
+    from otafl.api.audit import audit_grid
+    from otafl.device import resolve_device
+
     with progress_bar("audit", quiet=quiet) as progress:
         result = audit_grid(
             users=parse_list("users", users, int), p=parse_list("p", p), sigma2=parse_list("sigma2", sigma2),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from otafl.device import DEVICES
+from otafl.names import DEVICES
 from otafl.report.text import fmt_sig
 from otafl.validation import AUDIT_SCOPES
 

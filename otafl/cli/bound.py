@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import click
 
-from otafl.api.bound import COMPOSITIONS, DEFAULT_CHANNEL_ROUNDS, bound_grid
-from otafl.api.defaults import PAPER_DIM
+from otafl.api.defaults import DEFAULT_CHANNEL_ROUNDS, PAPER_DIM
 from otafl.cli.options import (accountant_list, accountant_option, delta_options, echo_result, grid_options,
                                max_delta_option, delta_total_option, output_options, parse_delta_prime,
                                parse_list, quiet_option)
-from otafl.device import resolve_device
 from otafl.errors import OtaflInputError, check_range
+from otafl.privacy.names import COMPOSITIONS, USER_SAMPLING
 from otafl.progress import progress_bar
 from otafl.report.text import bound_text
 
@@ -60,7 +59,7 @@ from otafl.report.text import bound_text
                    "compositions, without PLD (paper, tight: basic, advanced or RDP; exact: basic or advanced; "
                    "steps: RDP, improved conversion). rdp-classic: steps only, RDP with the classic conversion "
                    "eps = rdp + log(1/delta)/(alpha - 1).")
-@click.option("--user-sampling", "user_sampling", type=click.Choice(["revealed", "hidden"]), default="revealed",
+@click.option("--user-sampling", "user_sampling", type=click.Choice(USER_SAMPLING), default="revealed",
               show_default=True, help="steps accountant: whether a user's participation may be visible "
                                       "(docs/privacy/steps.md#steps).")
 @output_options
@@ -69,6 +68,9 @@ from otafl.report.text import bound_text
 def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_total, max_delta,
           channel, seed, local_steps, record_sampling, step_noise, composition, user_sampling, fmt, device, quiet):
     """Per-round local and central DP bounds (and totals with --rounds) on a grid, no training."""
+    from otafl.api.bound import bound_grid
+    from otafl.device import resolve_device
+
     explicit = {name for name in ("users", "snr_db")
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
     if channel is not None and explicit:

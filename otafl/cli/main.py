@@ -61,17 +61,39 @@ def cli(threads: int, memory_limit: float | None) -> None:
     """otafl: over-the-air federated learning privacy simulator."""
     import os
 
-    import torch
-
-    from otafl.device import threads_chosen
-
-    torch.set_num_threads(threads)
     if memory_limit is not None and not memory_limit < float("inf"):
         raise OtaflInputError(f"--memory-limit = {memory_limit!r} is outside the allowed range (0, inf), finite "
                               f"(GiB; also ${MEMORY_ENV})")
-    threads_chosen()
     if memory_limit is not None:  # the environment carries it to sweep workers too
         os.environ[MEMORY_ENV] = repr(memory_limit)
+    click.get_current_context().meta[THREADS_META] = threads  # set by the command itself (_with_threads)
+
+
+THREADS_META = "otafl.threads"
+
+
+def _with_threads(callback):
+    """A command's callback that first gives torch the group's ``--threads``.
+
+    Click runs the group's callback before it parses the command's options, so torch is
+    imported here, once they parsed: ``--help``, ``--version`` and a bad option never load it
+    (tests/test_cli_startup.py)."""
+    import functools
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        ctx = click.get_current_context(silent=True)
+        threads = ctx.meta.get(THREADS_META) if ctx is not None else None
+        if threads is not None:
+            import torch
+
+            from otafl.device import threads_chosen
+
+            torch.set_num_threads(threads)
+            threads_chosen()
+        return callback(*args, **kwargs)
+
+    return run
 
 
 #: Command name -> the module of otafl/cli that defines it (a function of the same name).
@@ -84,7 +106,9 @@ def _register() -> None:
     import importlib
 
     for name, module in COMMANDS.items():
-        cli.add_command(getattr(importlib.import_module(f"otafl.cli.{module}"), name.replace("-", "_")))
+        command = getattr(importlib.import_module(f"otafl.cli.{module}"), name.replace("-", "_"))
+        command.callback = _with_threads(command.callback)
+        cli.add_command(command)
 
 
 _register()

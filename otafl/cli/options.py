@@ -25,7 +25,7 @@ import click
 
 from otafl.api.defaults import accountant_names
 from otafl.errors import OtaflInputError
-from otafl.device import DEVICES
+from otafl.names import DEVICES
 
 
 def parse_list(name: str, text: str | Sequence, cast=float) -> list:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from otafl.device import DEVICES
+from otafl.names import DEVICES
 
 
 @click.command("run")

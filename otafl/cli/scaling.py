@@ -12,10 +12,8 @@ import sys
 
 import click
 
-from otafl.api.defaults import PAPER_DIM
-from otafl.api.scaling import SCHEMES, scaling_grid
+from otafl.api.defaults import PAPER_DIM, SCALING_SCHEMES as SCHEMES
 from otafl.cli.options import accountant_list, accountant_option, echo_result, output_options, parse_delta_prime
-from otafl.device import resolve_device
 from otafl.report.text import render_table, scaling_text
 
 
@@ -81,6 +79,9 @@ def scaling(p, a, sigma2, clip, delta_l, delta_prime, dim, n0, snr_db, k_min, k_
             accountant, out, no_plot, quiet, fmt, device):
     """Fit and draw how the central leakage falls with K: fixed p (theory -1/2) and p = a/sqrt(K) (-3/4)."""
     from tqdm import tqdm
+
+    from otafl.api.scaling import scaling_grid
+    from otafl.device import resolve_device
 
     if out is not None and not no_plot:  # a bad --out is refused before the work, not after it
         from otafl.report.plots import check_suffix

@@ -11,13 +11,15 @@ import click
 
 from otafl.cli.options import forget_caught_interrupt as _forget_caught_interrupt
 from otafl.cli.options import raise_interrupt_on
-from otafl.device import DEVICES, resolve_device
+from otafl.names import DEVICES
 from otafl.sweep.executor import DEFAULT_EXECUTOR, EXECUTORS
 from otafl.sweep.grid import DEFAULT_MAX_POINTS
 
 
 def check_devices(points, device: str | None) -> None:
     """Refuse, before the results file exists, a device some point cannot use (cuda without CUDA)."""
+    from otafl.device import resolve_device
+
     for name in sorted({device or pt.spec.train.device for pt in points}):
         resolve_device(name)
 
