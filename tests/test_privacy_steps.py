@@ -84,6 +84,13 @@ def test_one_party_is_the_single_party_dp_sgd_accountant_of_dp_accounting():
         assert ours[c].delta_central_total == 1e-5 and ours[c].composition_central == c
 
 
+# The two readings are equal in exact arithmetic; computed, their noises differ in the last bits
+# (0.8 sqrt(n) here, sqrt(n 0.8^2) there) and dp_accounting's PLD or the RDP order search can carry
+# that to ~1e-11 relative (seen: 4.1347139447491195 vs 4.134713944818818 with a fresh install of
+# numpy 2.4.6, scipy 1.17.1, dp-accounting 0.6.0): equal within 1e-9, far below any bound's slack.
+SAME_READING = 1e-9
+
+
 @pytest.mark.parametrize("composition", COMPOSITIONS)
 def test_sum_domination_reads_n_parties_of_sigma_as_one_party_of_sigma_sqrt_n(composition):
     kw = dict(participation_prob=1.0, noise_var=0.0, sensitivity=1.0, alignment_gain=1.0, n0=0.0, delta_l=1e-6,
@@ -91,16 +98,16 @@ def test_sum_domination_reads_n_parties_of_sigma_as_one_party_of_sigma_sqrt_n(co
     for n in (2, 7):
         many = steps_sumdom_round(users=n, step_noise=0.8, **kw)
         one = steps_round(users=1, step_noise=0.8 * math.sqrt(n), **kw)
-        assert float(many.epsilon_central) == pytest.approx(float(one.epsilon_central), rel=1e-12)
+        assert float(many.epsilon_central) == pytest.approx(float(one.epsilon_central), rel=SAME_READING)
         # the local guarantee is that of the user's own noise
         assert float(many.epsilon_local) == pytest.approx(float(steps_round(users=1, step_noise=0.8, **kw)
-                                                               .epsilon_local), rel=1e-12)
+                                                               .epsilon_local), rel=SAME_READING)
     # totals over rounds too
     a = steps_totals(participation_prob=1.0, users=4, noise_var=0.0, sensitivity=1.0, delta_l=1e-6, rounds=5,
                      local_steps=3, record_sampling=0.3, step_noise=0.8, composition=composition, credit="sum")
     b = steps_totals(participation_prob=1.0, users=1, noise_var=0.0, sensitivity=1.0, delta_l=1e-6, rounds=5,
                      local_steps=3, record_sampling=0.3, step_noise=1.6, composition=composition)
-    assert float(a["epsilon_central_total"]) == pytest.approx(float(b["epsilon_central_total"]), rel=1e-12)
+    assert float(a["epsilon_central_total"]) == pytest.approx(float(b["epsilon_central_total"]), rel=SAME_READING)
 
 
 def test_the_unknown_count_is_a_lower_quantile_whose_failure_is_charged():
