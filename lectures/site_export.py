@@ -2,13 +2,13 @@
 
 ``marimo export html`` runs a notebook with its sliders at their defaults and writes a static
 page: every cell's code and output (figures embedded), no Python behind it, so the sliders do
-not recompute. The page loads marimo's frontend from the jsDelivr CDN when it is viewed (as the
-site's math loads MathJax); producing it needs no network. ``mkdocs.yml`` names this file as a
+not recompute. The page loads marimo's frontend from the jsDelivr CDN when it is viewed;
+producing it needs no network. ``mkdocs.yml`` names this file as a
 hook: ``on_files`` adds ``lectures/0X_....html`` to the site (docs/lectures.md links them), from
 a cache under ``.cache/lectures/`` keyed by the notebook, the otafl sources and marimo's version,
 so that only the first build after a change runs the notebooks (three side by side, about 30 s
 on 2 cores; marimo also leaves its session snapshots in ``lectures/__marimo__/``, ignored by git).
-Without marimo (the ``lectures`` extra) the site is built without them.
+The ``docs`` extra installs marimo; without it the build stops with a line saying so.
 
     python lectures/site_export.py OUT_DIR      # the same exports, into OUT_DIR
 """
@@ -16,7 +16,6 @@ Without marimo (the ``lectures`` extra) the site is built without them.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import subprocess
@@ -26,7 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LECTURES = ROOT / "lectures"
 CACHE = ROOT / ".cache" / "lectures"
-log = logging.getLogger("mkdocs.hooks.lectures")
 
 
 def notebooks() -> list[Path]:
@@ -72,9 +70,11 @@ def on_files(files, config):
     """mkdocs hook: add the exports as ``lectures/<notebook>.html``."""
     try:
         import marimo  # noqa: F401
-    except ImportError:
-        log.info("marimo is not installed: the site is built without the lectures' HTML exports")
-        return files
+    except ImportError:  # docs/lectures.md links the exports: say what is missing, not which link broke
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError('marimo is not installed, so the lectures\' HTML exports cannot be made: '
+                          'pip install -e ".[docs]"') from None
     from mkdocs.structure.files import File
 
     for stem, html in exports().items():
