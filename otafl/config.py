@@ -308,6 +308,13 @@ def spec_from_mapping(raw: Mapping[str, Any], *, base_dir: Path | None = None,
         if users is not None:
             tree.setdefault("data", {}).setdefault("users", users)
 
+    channel = tree["channel"]
+    groups, snr = channel.get("group_sizes"), channel.get("snr_db")
+    if isinstance(groups, list) and len(groups) > 1 and (not isinstance(snr, list) or len(snr) == 1) \
+            and snr is not None:
+        # one SNR for a preset (or spec) of several groups: every group at it (docs/guides/spec.md)
+        channel["snr_db"] = [snr[0] if isinstance(snr, list) else snr] * len(groups)
+
     if tree.get("train", {}).get("aggregation") == "digital":
         # A digital run's default accountant is ``digital``: the over-the-air ones model hidden
         # participation and channel noise, which orthogonal access does not have.

@@ -121,3 +121,32 @@ def test_options_reach_the_figure(results, tmp_path):
         fig = make_figure(store, "tradeoff", accountant="tight", epsilon="total")
     assert fig.axes[0].get_xlabel() == "central ε total over T = 6 rounds (tight) at δ = 1e-05"
     assert plot(results, "--kind", "accuracy", "--facet", "none", "--out", out).exit_code == 0
+
+
+def test_a_tradeoff_of_an_snr_sweep_at_one_p_is_one_curve_along_the_snr(tmp_path):
+    """An SNR sweep at one p used to draw one panel per SNR, each with a single dot."""
+    from fakestore import fake_store
+
+    def snr_summary(spec, accountants):  # more SNR, more accuracy and more leakage
+        snr = spec.channel.snr_db if isinstance(spec.channel.snr_db, float) else spec.channel.snr_db[0]
+        out = {"final_test_accuracy": 0.7 + snr / 100, "rounds": 5, "users": 10, "mean_participants": 5.0,
+               "scheme": "uniform", "seed": spec.train.seed}
+        for a in accountants:
+            out.update({f"{a}_epsilon_central": 1 + snr / 10, f"{a}_epsilon_central_total": 5 + snr,
+                        f"{a}_classic_valid": True, f"{a}_defined": True})
+        return out
+
+    with read_store(fake_store(tmp_path / "snr.sqlite", {"channel.snr_db": [0.0, 10.0, 20.0]}, seeds=(0,),
+                               accountants=("exact",), summary=snr_summary)) as store:
+        fig = make_figure(store, "tradeoff")
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert len(panels) == 1
+    (line,) = [ln for ln in panels[0].lines if len(ln.get_xdata()) > 1]
+    assert list(line.get_xdata()) == [1.0, 2.0, 3.0] and list(line.get_ydata()) == pytest.approx([70, 80, 90])
+    labels = {t.get_text() for t in panels[0].texts}
+    assert {"snr_db = 0", "snr_db = 10", "snr_db = 20"} <= labels, labels
+    # with p swept too, the curves run along p and the SNR values are panels, as before
+    with read_store(fake_store(tmp_path / "both.sqlite", {"channel.snr_db": [0.0, 10.0], "sampling.p": [0.3, 0.6]},
+                               seeds=(0,), accountants=("exact",))) as store:
+        fig = make_figure(store, "tradeoff")
+    assert len([ax for ax in fig.axes if ax.lines]) == 2

@@ -360,3 +360,23 @@ def test_a_killed_worker_fails_its_run_and_stops_the_sweep_with_one_line(tmp_pat
         cleanup(proc, kids)
     failed = rows(db, "SELECT error FROM runs WHERE status = 'failed'")
     assert len(failed) == 1 and "the worker process died (killed by SIGKILL" in failed[0][0]
+
+
+def test_a_spec_without_a_sweep_table_is_refused_in_one_line(tmp_path):
+    """otafl sweep on a plain run spec used to run it as a one-point grid, silently."""
+    import subprocess
+    import sys
+
+    spec = tmp_path / "one.toml"
+    spec.write_text('[data]\nname = "synthetic"\n')
+    out = tmp_path / "r.sqlite"
+    res = subprocess.run([sys.executable, "-m", "otafl", "sweep", str(spec), "--out", str(out)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "", res.stderr
+    assert res.stderr.count("\n") == 1 and "has no [sweep] table" in res.stderr and "otafl run" in res.stderr
+    assert not out.exists()
+    # a --set sweep.KEY=... makes the grid explicit, as before
+    res = subprocess.run([sys.executable, "-m", "otafl", "sweep", str(spec), "--dry-run",
+                          "--set", 'sweep.axes={"sampling.p" = [0.1, 0.2]}'], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "2 runs" in res.stdout, res.stderr

@@ -67,3 +67,15 @@ def test_every_registered_name_is_accepted_and_a_typo_lists_the_registry():
             spec_from_mapping({section: {key: [typo] if where == "privacy.accountants" else typo}})
         message = str(err.value)
         assert f"{where} = {typo!r}" in message and all(n in message for n in registry), message
+
+
+@pytest.mark.parametrize("snr", [20.0, [20.0]], ids=["scalar", "one-item list"])
+def test_one_snr_with_a_preset_of_several_groups_puts_every_group_at_it(snr):
+    """docs/guides/spec.md: channel.snr_db is "one value, or one per group"; with the paper's
+    three-group preset one value used to fail ("group_sizes has 3 entries but ... 1")."""
+    spec = spec_from_mapping({"channel": {"preset": "paper-three-groups", "snr_db": snr}})
+    assert spec.channel.group_sizes == [68, 66, 66] and spec.channel.snr_db == [20.0, 20.0, 20.0]
+    spec = load_spec(None, ["channel.preset='paper-three-groups'", "channel.snr_db=5"])
+    assert spec.channel.snr_db == [5.0, 5.0, 5.0]
+    with pytest.raises(OtaflInputError, match="group_sizes has 3 entries but channel.snr_db has 2"):
+        spec_from_mapping({"channel": {"preset": "paper-three-groups", "snr_db": [1.0, 2.0]}})

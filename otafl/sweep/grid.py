@@ -292,6 +292,11 @@ def grid_identity(sweep: SweepSpec, points: Sequence[GridPoint]) -> GridIdentity
 
 def load_grid(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
               max_points: int | None = DEFAULT_MAX_POINTS) -> tuple[SweepSpec, list[GridPoint]]:
-    """Read a spec file and expand its ``[sweep]`` table (see :func:`expand_grid`)."""
+    """Read a spec file and expand its ``[sweep]`` table (see :func:`expand_grid`). A file
+    without one (and no ``--set sweep.KEY=...``) is refused: a sweep of it would silently be
+    one run."""
     raw = read_toml(path)
+    if "sweep" not in raw and not any(str(o).strip().startswith("sweep.") for o in overrides):
+        raise OtaflInputError(f"{str(path)!r} has no [sweep] table, so there is no grid to sweep; add one with "
+                              f"[sweep.axes] (docs/guides/sweeps.md), or train this one spec with otafl run")
     return expand_grid(raw, base_dir=Path(path).resolve().parent, overrides=overrides, max_points=max_points)

@@ -90,6 +90,17 @@ def facet_key(keys: Sequence[str], facet: str | None) -> str | None:
     return facet
 
 
+def tradeoff_along(groups, keys: Sequence[str]) -> str | None:
+    """The swept key a ``tradeoff`` curve runs along when no scheme varies its p / h_th (an SNR
+    sweep at one p): the first grouping key, so that its values are the points of one curve in
+    one panel (not one panel per value with one point each). None when p / h_th varies: the
+    curves run along them, the other keys are panels."""
+    settings: dict[str, set] = {}
+    for g in groups:
+        settings.setdefault(g.scheme, set()).add(g.setting)
+    return keys[0] if keys and all(len(s) == 1 for s in settings.values()) else None
+
+
 def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | None = None,
                 group_by: Sequence[str] | None = None, accountant: str | Sequence[str] | None = None,
                 facet: str | None = None, epsilon: str = "round", x: str = DEFAULT_X) -> Figure:
@@ -106,6 +117,9 @@ def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | No
     runs = store.runs("done") if runs is None else list(runs)
     groups, keys = group_runs(runs, group_by)
     fkey = None if kind == "scaling" else facet_key(keys, facet)
+    along = tradeoff_along(groups, keys) if kind == "tradeoff" and facet is None else None
+    if along is not None:
+        fkey = None
     if kind in ("privacy", "tradeoff", "scaling"):
         if not accountants_of(runs):
             raise OtaflInputError("the runs in this results file carry no privacy accountant results")
@@ -114,7 +128,8 @@ def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | No
         accountants = []
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=_size(kind, len(split_facets(groups, fkey))), layout="constrained")
-        _KIND_FUNCS[kind](fig, store, groups, accountants=accountants, facet=fkey, epsilon=epsilon, x=x)
+        _KIND_FUNCS[kind](fig, store, groups, accountants=accountants, facet=fkey, epsilon=epsilon, x=x,
+                          **({"along": along} if along else {}))
         center_suptitle(fig)
     return fig
 

@@ -18,7 +18,7 @@ from otafl.errors import OtaflInputError
 from otafl.report.plots.common import (Curve, center_suptitle, curve_colors, draw_invalid, facet_title,
                                        figure_legend, finite, mean, merge_identical, place_labels, seeds_phrase,
                                        split_facets, std)
-from otafl.report.table import RunGroup, validity_of
+from otafl.report.table import RunGroup, fmt_value, validity_of
 from otafl.sweep.store import ResultStore
 
 __all__ = ["ACCOUNTANT_STYLE", "accuracy_figure", "epsilon_label", "grid", "privacy_figure", "tradeoff_figure"]
@@ -221,9 +221,11 @@ def privacy_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, a
 
 
 def tradeoff_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, accountants: list[str],
-                    facet: str | None = None, epsilon: str = "round", **_) -> None:
+                    facet: str | None = None, epsilon: str = "round", along: str | None = None, **_) -> None:
     """Final accuracy vs central epsilon of the chosen accountant(s), one curve per scheme
-    (and other swept value), points labelled by p / h_th, one panel per facet value."""
+    (and other swept value), points labelled by p / h_th, one panel per facet value; with
+    ``along`` (a swept key, :func:`otafl.report.plots.tradeoff_along`), each curve runs along
+    that key's values instead, its points labelled by them."""
     facets = split_facets(groups, facet)
     axes = grid(fig, len(facets), sharex=True, sharey=True)
     markers = ["o", "s", "^", "D", "v", "P", "X"]
@@ -239,9 +241,12 @@ def tradeoff_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, 
                 eps = mean([r.summary.get(f"{a}_{metric}") for r in g.runs])
                 if not any(finite(x) for x in accs) or not finite(eps):
                     continue
-                extra = ", ".join(f"{k.split('.')[-1]} = {v}" for k, v in g.group.items() if k != facet)
+                extra = ", ".join(f"{k.split('.')[-1]} = {v}" for k, v in g.group.items() if k not in (facet, along))
+                if along:  # the curve runs along that key: its settings (one per scheme) go in the name
+                    extra = ", ".join(filter(None, [g.setting, extra]))
                 name = g.scheme + (f" ({extra})" if extra else "") + (f" [{a}]" if len(accountants) > 1 else "")
-                by.setdefault(name, []).append((eps, 100 * mean(accs), 100 * std(accs), g.setting,
+                point = g.setting if along is None else f"{along.split('.')[-1]} = {fmt_value(g.group.get(along))}"
+                by.setdefault(name, []).append((eps, 100 * mean(accs), 100 * std(accs), point,
                                                 validity_of([r.summary for r in g.runs], a) is False))
         panels.append((ax, value, by))
         keys += [k for k in by if k not in keys]
@@ -277,7 +282,8 @@ def tradeoff_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, 
     else:  # one label under the panels (they share the x axis): long labels side by side would collide
         fig.supxlabel(xlabel, fontsize=15)
     fig.suptitle(f"Accuracy vs privacy ({seeds_phrase(groups)})")
-    figure_legend(fig, invalid=any_invalid, title="point labels: p / h_th")
+    figure_legend(fig, invalid=any_invalid,
+                  title="point labels: p / h_th" if along is None else f"point labels: {along.split('.')[-1]}")
     renderer = center_suptitle(fig)
     for ax, _, by in panels:  # last: the layout is final, so the labels can be measured
         place_labels(ax, [(c[0], c[1], c[3], "0.15") for pts in by.values() for c in pts], renderer=renderer)
