@@ -237,3 +237,24 @@ def test_bound_bad_steps_options_are_one_line_and_exit_2(args, message):
     res = CliRunner().invoke(cli, ["bound", "--accountant", "steps", "--step-noise", "1", *args])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [f"error: {message}"]
+
+
+def test_a_steps_total_that_falls_back_to_rdp_is_labelled_rdp():
+    """A FedAvg run whose PLD would be too large composes with RDP and used to say "(pld)" and
+    steps_composition 'pld' beside its own note saying it fell back to RDP."""
+    from otafl.privacy.analysis.pld import set_memory_budget, take_notes
+
+    run = facts(1, 1.0, 1.1, 10, 0.2, rounds=3)
+    take_notes()
+    assert account_steps(run, delta_l=1e-5).composition_central == "pld" and take_notes() == []
+    try:
+        set_memory_budget(2**20)  # 1 MiB: no PLD fits
+        fell = account_steps(run, delta_l=1e-5)
+        notes = take_notes()
+    finally:
+        set_memory_budget(None)
+    assert any("composed with rdp instead" in n for n in notes)
+    assert fell.composition_central == fell.composition_local == "rdp"
+    rdp = account_steps(run, delta_l=1e-5, composition="rdp")
+    assert fell.epsilon_central_total == pytest.approx(rdp.epsilon_central_total, rel=1e-9)
+    assert fell.summary_fields()["steps_composition"] == "rdp"

@@ -252,8 +252,9 @@ def calibration_text(result, *, grid_points: int, tol: float) -> str:
 
 def run_text(summary: dict, accountants, out_dir) -> str:
     """``otafl run``'s report: accuracy, participants, wall time, and per accountant the
-    worst round's local and central epsilon and the central total (with its composition),
-    flagged where ``paper``'s classic step is outside its validity range."""
+    worst round's local and central epsilon and the local and central totals, each at its
+    delta (with the totals' composition), flagged where ``paper``'s classic step is outside
+    its validity range."""
     s = summary
     lines = [f"final test accuracy {s['final_test_accuracy']:.4f} after {s['rounds']} rounds; "
              f"mean participants {s['mean_participants']:.1f} of {s['users']}; {s['wall_seconds']:.1f} s -> {out_dir}"]
@@ -266,11 +267,15 @@ def run_text(summary: dict, accountants, out_dir) -> str:
         if f"{name}_epsilon_central" in s:
             d_round, d_total = s.get(f"{name}_delta_central", math.nan), s.get(f"{name}_delta_central_total", math.nan)
             big = [w for w, d in (("per-round", d_round), ("total", d_total)) if delta_too_large(d, users)]
-            lines.append(f"  {name}: per-round eps_local max {fmt_sig(s[f'{name}_epsilon_local_max'])}, "
+            comp, comp_local = s.get(f"{name}_composition", ""), s.get(f"{name}_composition_local")
+            lines.append(f"  {name}: per-round eps_local max {fmt_sig(s[f'{name}_epsilon_local_max'])} at delta "
+                         f"{fmt_sig(s.get(f'{name}_delta_local', math.nan))}, "
                          f"eps_central {fmt_sig(s[f'{name}_epsilon_central'])} at delta {fmt_sig(d_round)}; over "
-                         f"the run eps_central {fmt_sig(s[f'{name}_epsilon_central_total'])} at delta "
+                         f"the run eps_local {fmt_sig(s.get(f'{name}_epsilon_local_total', math.nan))} at delta "
+                         f"{fmt_sig(s.get(f'{name}_delta_local_total', math.nan))}, "
+                         f"eps_central {fmt_sig(s[f'{name}_epsilon_central_total'])} at delta "
                          f"{fmt_sig(d_total)} "
-                         f"({s.get(f'{name}_composition', '')})"
+                         f"({comp}" + (f"; local {comp_local}" if comp_local not in (None, comp) else "") + ")"
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: sum-domination over local steps; not a guaranteed bound]"
                             if name == "steps-sumdom" else

@@ -18,7 +18,7 @@ from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import reason_text
 from otafl.privacy.accountants.result import AccountantResult, unreachable_reason
 from otafl.privacy.accountants.steps import facts_kwargs, round_mechanisms, steps_round
-from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon
+from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon, composition_used
 from otafl.privacy.facts import RoundFacts
 
 __all__ = ["account_steps"]
@@ -83,7 +83,8 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
         epsilon_local_total=total_l, delta_local_total=delta_local if local else 0.0,
         epsilon_central_total=total_c,
         delta_central_total=min(1.0, delta_dp + charged) if delta_target is None else delta_target,
-        composition_central=composition, composition_local=composition,
+        composition_central=composition_used(sorted(central.items()), composition) if delta_dp > 0 else composition,
+        composition_local=composition_used(sorted(local.items()), composition),  # rdp where pld fell back
         defined=reason == 0, reason=reason_text(reason), classic_valid=credit == "last-step",
         epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l), total_reason=total_reason)
 

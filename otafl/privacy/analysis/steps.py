@@ -50,6 +50,7 @@ from otafl.privacy.names import COMPOSITIONS, USER_SAMPLING
 
 __all__ = [
     "COMPOSITIONS",
+    "composition_used",
     "USER_SAMPLING",
     "PLD_DISCRETIZATION",
     "take_notes",
@@ -411,6 +412,17 @@ def compose_epsilon(rounds: Sequence[tuple[StepRound, int]], *, delta: float, co
     orders = rdp_orders([r for r, _ in active])
     rdp = sum(count * round_rdp(r, orders) for r, count in active)
     return rdp_to_epsilon(rdp, orders, delta, classic=composition == "rdp-classic")
+
+
+def composition_used(rounds: Sequence[tuple[StepRound, int]], composition: str = "pld") -> str:
+    """The composition :func:`compose_epsilon` applies to ``rounds``: ``composition``, except
+    ``pld`` where the PLD would be too large (:func:`pld_fits`): ``rdp``, which it falls back to
+    (the label a run reports beside its totals)."""
+    active = [(r, int(c)) for r, c in rounds if int(c) > 0 and not r.silent]
+    if composition == "pld" and active and not any(r.open for r, _ in active) \
+            and not pld_fits(active, PLD_DISCRETIZATION):
+        return "rdp"
+    return composition
 
 
 def round_epsilon(r: StepRound, delta: float, composition: str = "pld") -> float:
