@@ -61,7 +61,7 @@ def test_continuation_lines_join_one_command(tmp_path):
 
 
 def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    failures = doccheck.check(doccheck.doc_files())
+    failures = doccheck.check(doccheck.doc_files(), jobs=2)  # pages side by side: the rest of the suite is one process
     assert failures == [], "\n\n".join(failures)
 
 
