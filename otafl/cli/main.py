@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from otafl import __version__
 from otafl.errors import OtaflInputError
 from otafl.limits import DEFAULT_MEMORY_GB, MEMORY_ENV
 
@@ -50,7 +51,7 @@ THREADS_ENV = "OTAFL_THREADS"
 
 
 @click.group(cls=OtaflGroup)
-@click.version_option(package_name="otafl")
+@click.version_option(version=__version__, package_name="otafl")  # no package metadata read
 @click.option("--threads", type=click.IntRange(1, 1024), envvar=THREADS_ENV, default=1, show_default=True,
               help=f"Torch threads of this process (also ${THREADS_ENV}). One is fastest on a shared or small "
                    "machine; sweeps parallelise with --workers processes instead.")

@@ -12,10 +12,22 @@ In a notebook::
 refused instead of mixing two sweeps in one file.
 """
 
-from otafl.sweep.executor import SweepAborted, SweepReport, run_sweep
-from otafl.sweep.grid import GridPoint, SweepSpec, expand_grid, grid_identity, grid_size, load_grid, parse_sweep
-from otafl.sweep.identity import GridIdentity
-from otafl.sweep.store import ResultStore, StoredRun, open_store, read_store
+import importlib
+
+#: Each re-exported name -> its submodule, imported on first use (PEP 562): the CLI reads the
+#: executors' and the grid's names without loading multiprocessing and sqlite3 for --help.
+_LAZY = {**dict.fromkeys(["SweepAborted", "SweepReport", "run_sweep"], "executor"),
+         **dict.fromkeys(["GridPoint", "SweepSpec", "expand_grid", "grid_identity", "grid_size", "load_grid",
+                          "parse_sweep"], "grid"),
+         "GridIdentity": "identity",
+         **dict.fromkeys(["ResultStore", "StoredRun", "open_store", "read_store"], "store")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"otafl.sweep.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'otafl.sweep' has no attribute {name!r}")
+
 
 __all__ = ["GridIdentity", "GridPoint", "ResultStore", "StoredRun", "SweepAborted", "SweepReport", "SweepSpec",
            "expand_grid", "grid_identity", "grid_size", "load_grid", "open_store", "parse_sweep", "read_store",
