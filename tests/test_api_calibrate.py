@@ -202,3 +202,20 @@ def test_progress_is_called_once_per_bounds_only_run(tiny):
     r = calibrate(tiny, knob="transmit.sigma2", target_epsilon=30.0, accountant="tight", tol=1e-1, grid_points=4,
                   progress=lambda done, total: calls.append((done, total)))
     assert [d for d, _ in calls] == list(range(1, r.evaluations + 1)) and all(t > d or t >= 4 for d, t in calls)
+
+
+DIGITAL = ["data.name='synthetic'", "data.users=20", "train.rounds=5", "train.aggregation='digital'",
+           "privacy.accountants=['digital']"]
+
+
+def test_digital_sigma2_meets_the_target_and_a_little_less_noise_does_not():
+    """A digital run's noise is digital.sigma2: calibrating it gives the matched-privacy digital
+    baseline of an over-the-air spec without a script."""
+    spec = load_spec(None, DIGITAL)
+    r = calibrate(spec, knob="digital.sigma2", target_epsilon=8.0, tol=TOL)
+    assert r.accountant == "digital" and r.spec.digital.sigma2 == r.value == r.intervals[0][0]
+    assert run_experiment(r.spec, train=False).summary["digital_epsilon_central_total"] <= 8.0
+    less = load_spec(None, DIGITAL + [f"digital.sigma2={r.value * (1 - 2 * TOL)!r}"])
+    assert run_experiment(less, train=False).summary["digital_epsilon_central_total"] > 8.0
+    with pytest.raises(OtaflInputError, match="needs train.aggregation = 'digital'"):
+        calibrate(load_spec(None, TINY), knob="digital.sigma2", target_epsilon=8.0)

@@ -111,6 +111,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          why="a larger clip L raises the sensitivity 2L (partly offset by a smaller alignment gain): "
              "the largest clip that meets the target",
          default_range=lambda spec: (1e-3, 1e2)),
+    Knob("digital.sigma2", 1 / MAX_SCALE, MAX_SCALE, False, False, log=True, integer=False, prefer="min",
+         why="a digital run's noise (each user's share, secure aggregation adds them up): more is more "
+             "private, the least noise that meets the target",
+         default_range=lambda spec: (1e-4, 1e3)),
 )}
 """The knobs ``calibrate`` solves for, by spec name. ``channel.snr_db`` puts every SNR
 group at the one value; ``transmit.sigma2`` gives every user the one value (log grids are
@@ -271,6 +275,9 @@ def _check_inputs(spec: Spec, knob: str, target_epsilon: float, target_delta: fl
     if knob == "transmit.sigma2" and spec.train.aggregation == "digital":
         raise OtaflInputError("knob = 'transmit.sigma2' is outside the allowed range for train.aggregation = "
                               "'digital' (a digital run ignores it: its noise is digital.sigma2)")
+    if knob == "digital.sigma2" and spec.train.aggregation != "digital":
+        raise OtaflInputError(f"knob = 'digital.sigma2' needs train.aggregation = 'digital' (the spec has "
+                              f"{spec.train.aggregation!r}, whose noise is transmit.sigma2)")
     check_range("target_epsilon", target_epsilon, 0.0, math.inf, lo_open=True, hi_open=True)
     if target_delta is not None:
         check_range("target_delta", target_delta, 0.0, 1.0, lo_open=True, hi_open=True)

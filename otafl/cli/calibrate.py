@@ -39,8 +39,8 @@ def _knob_help() -> str:
 @click.option("--grid-points", "grid_points", type=int, default=12, show_default=True,
               help="Bracketing grid size (log grid for sigma2, clip, rounds; linear for p and snr_db in dB).")
 @click.option("--range", "value_range", default=None, metavar="LO,HI",
-              help="Search range [default per knob: sigma2 1e-4,1e3; p 0.01,1; rounds 1,10T; "
-                   "snr_db -20,40; clip 1e-3,1e2].")
+              help="Search range [default per knob: transmit.sigma2 and digital.sigma2 1e-4,1e3; p 0.01,1; "
+                   "rounds 1,10T; snr_db -20,40; clip 1e-3,1e2].")
 @click.option("--tol", type=float, default=1e-3, show_default=True,
               help="Bisection tolerance: relative for sigma2, clip, rounds; absolute for p and snr_db (dB).")
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
