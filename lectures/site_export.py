@@ -2,8 +2,9 @@
 
 ``marimo export html`` runs a notebook with its sliders at their defaults and writes a static
 page: every cell's code and output (figures embedded), no Python behind it, so the sliders do
-not recompute. The page loads marimo's frontend from the jsDelivr CDN when it is viewed;
-producing it needs no network. ``mkdocs.yml`` names this file as a
+not recompute. marimo writes pages that load its frontend from the jsDelivr CDN; the site's
+copies load it from the site instead (``lectures/marimo-frontend/``, the files marimo's wheel
+ships), so they display offline like the rest of the site; producing them needs no network. ``mkdocs.yml`` names this file as a
 hook: ``on_files`` adds ``lectures/0X_....html`` to the site (docs/lectures.md links them), from
 a cache under ``.cache/lectures/`` keyed by the notebook, the otafl sources and marimo's version,
 so that only the first build after a change runs the notebooks (three side by side, about 30 s
@@ -16,6 +17,7 @@ The ``docs`` extra installs marimo; without it the build stops with a line sayin
 from __future__ import annotations
 
 import hashlib
+import re
 import os
 import shutil
 import subprocess
@@ -78,8 +80,32 @@ def on_files(files, config):
     from mkdocs.structure.files import File
 
     for stem, html in exports().items():
-        files.append(File.generated(config, f"lectures/{stem}.html", abs_src_path=str(html)))
+        files.append(File.generated(config, f"lectures/{stem}.html", content=offline(html.read_text())))
+    for dest, src in frontend_files().items():  # the frontend those pages load, from the site itself
+        files.append(File.generated(config, f"lectures/{dest}", abs_src_path=str(src)))
     return files
+
+
+FRONTEND = "marimo-frontend"
+"""Where the site serves marimo's frontend, beside the exports (``lectures/marimo-frontend/``)."""
+
+_CDN = re.compile(r"https://cdn\.jsdelivr\.net/npm/@marimo-team/frontend@[^/\"']+/dist/")
+
+
+def offline(page: str) -> str:
+    """An export that loads marimo's frontend from the site (:data:`FRONTEND`, a relative URL)
+    instead of the jsDelivr CDN, so that it displays without a network connection."""
+    return _CDN.sub(f"{FRONTEND}/", page)
+
+
+def frontend_files() -> dict[str, Path]:
+    """Site path (under lectures/) -> file, for marimo's frontend as its wheel ships it
+    (``marimo/_static``: the same files the CDN serves for this version)."""
+    import marimo
+
+    root = Path(marimo.__file__).resolve().parent / "_static"
+    return {f"{FRONTEND}/{p.relative_to(root).as_posix()}": p for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name not in ("index.html", "CLAUDE.md")}
 
 
 def main(argv: list[str]) -> int:
