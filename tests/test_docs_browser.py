@@ -1,6 +1,6 @@
 """The built documentation site in a real browser, offline: headless Chromium (Debian's
 ``chromium``; .ci/run installs it) opens pages served on loopback, MathJax (served from the
-site itself, hooks/mathjax.py) typesets every formula, and no TeX delimiter is left in the
+site itself, hooks/offline_math.py) typesets every formula, and no TeX delimiter is left in the
 visible text. Screenshots of the landing page and of privacy/exact are saved for a person
 to look at: ``$OTAFL_SCREENSHOTS`` or ``runs/docs-screenshots/``.
 

@@ -99,6 +99,15 @@ def test_the_site_typesets_the_formulas_with_mathjax():
     extensions = {(next(iter(e)) if isinstance(e, dict) else e): e for e in config["markdown_extensions"]}
     assert extensions["pymdownx.arithmatex"]["pymdownx.arithmatex"]["generic"] is True
     scripts = config["extra_javascript"]
-    assert scripts[0] == "javascripts/mathjax.js" and "mathjax@3" in scripts[1]
+    # MathJax 3 from the site itself (hooks/offline_math.py copies the docs extra's copy), no CDN
+    assert scripts == ["javascripts/mathjax.js", "javascripts/mathjax/tex-mml-chtml.js"]
+    assert "hooks/offline_math.py" in config["hooks"] and not any("://" in s for s in scripts)
+    import importlib.util
+    import json
+
+    spec = importlib.util.find_spec("mathjax")  # django-static-mathjax, in the docs extra
+    if spec is not None:
+        package = json.loads((Path(spec.origin).parent / "static" / "mathjax" / "package.json").read_text())
+        assert package["name"].startswith("mathjax") and package["version"].startswith("3.")
     js = (mathcheck.DOCS / scripts[0]).read_text()
     assert 'processHtmlClass: "arithmatex"' in js and "typesetPromise" in js
