@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import functools
 
-from otafl.errors import OtaflInputError, check_scale
+from otafl.errors import OtaflInputError, check_scale, check_snr_db
 from otafl.errors import check_range as _check_range
 
 #: Every numeric spec key must be finite: an infinite rate, clip, noise or count makes no sense
@@ -107,7 +107,7 @@ def validate(spec: Spec) -> None:
     check_range("channel.rho", c.rho, 0, 1)
     check_scale("channel.n0", c.n0, zero=True)
     for v in as_list(c.snr_db):
-        check_range("channel.snr_db", v, -100, 100)
+        check_snr_db("channel.snr_db", v)
     for v in as_list(c.large_scale_gain):
         check_scale("channel.large_scale_gain", v)
     if c.group_sizes is not None:

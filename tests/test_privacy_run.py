@@ -209,7 +209,9 @@ def test_summary_fields_equal_the_flat_dict_of_before(case):
     expected = {k: v for k, v in old.items() if not k.endswith("_per_round")}
     fields = result.summary_fields()
     added = {f"{a}_total_reason" for a in ("paper", "tight", "exact")}  # new since OLD_FLAT (delta_total)
-    assert all(fields[k] == "" for k in added)  # account_run without a delta_target: no unreachable total
+    for k in added:  # account_run without a delta_target: no unreachable total; +inf rounds are pointed at
+        inf_rounds = fields[k.replace("total_reason", "epsilon_central")] == math.inf
+        assert fields[k] == ("total +inf: some round's epsilon is +inf (see reason)" if inf_rounds else "")
     fields = {k: v for k, v in fields.items() if k not in added}
     assert list(fields) == list(expected)  # same columns, same order
     changed = EXACT_PER_ROUND + EXACT_TOTALS + tuple(f"{a}_{s}" for a in ("paper", "tight") for s in CLOSED_TOTALS)

@@ -57,6 +57,11 @@ Algorithm = Strategy  # an entry of ALGORITHMS (name, target, summary, local, co
 UPDATE_BOUND_FAILURE = 1e-12
 """Probability, per user and round, that the update exceeds the power-control bound B."""
 
+SCAFFOLD_CREDITS_TRANSMIT_NOISE = False
+"""Test-only switch: True puts back the unsound credit of the artificial and channel noise to
+SCAFFOLD's rounds (warm start included), so that the audit's teeth can be shown
+(docs/privacy/steps.md#steps-last-step-credit). Never True in a run."""
+
 
 
 # --------------------------------------------------------------------------- per-example clipping
@@ -345,21 +350,34 @@ class LocalSteps:
             rho = min(1.0, (mu if unknown else participants) / users)
             self.c += rho * (-update / (self.lr * self.S) - self.c)
 
-    def step_facts(self, *, credit_transmit_noise: bool, warm: bool = False) -> dict:
+    def step_facts(self, *, credit_transmit_noise: bool, credit_co_users: bool = True, warm: bool = False) -> dict:
         """What the ``steps`` accountant reads of a round (:class:`~otafl.privacy.facts.RoundFacts`
         fields, docs/privacy/steps.md#steps): S, q, sigma, C, the update-clip failure, the share r of
-        another participant's last-step noise that nothing carries on (FedAvg: D_min / D_max,
-        the step normalisers q D_k differ between users; SCAFFOLD: 0, its c_k keep every
-        step's noise) and, where the artificial and channel noise reach the release
-        (``credit_transmit_noise``), the factor (B / L) q D_min / (eta_l C) that turns their
-        transmit-unit std into the record's noise multiplier. ``warm``: SCAFFOLD's warm-start
-        transmission (one full-batch step, eta_l = q = 1, bound B_w)."""
+        another participant's last-step noise that nothing carries on, and the factor
+        (B / L) q D_min / (eta_l C) that turns the artificial and channel noise's transmit-unit std
+        into the record's noise multiplier (0: not credited). ``warm``: SCAFFOLD's warm-start
+        transmission (one full-batch step, eta_l = q = 1, bound B_w).
+
+        What may be credited (docs/privacy/steps.md#steps-last-step-credit):
+
+        * r = D_min / D_max for FedAvg where the aggregation sums the transmit vectors linearly
+          (``credit_co_users``; not over skellam, ddg or pbm, whose per-user encodings are not
+          linear), 0 for SCAFFOLD (its c_k keep every step's noise);
+        * the artificial and channel noise where they reach the release
+          (``credit_transmit_noise``), for FedAvg only: under SCAFFOLD the target's next round
+          uses its own c_k, its step outputs *without* that noise, while the public c holds them
+          *with* it, so a later round reveals c - c_k, the credited noise itself
+          (:data:`SCAFFOLD_CREDITS_TRANSMIT_NOISE`, a switch for tests only, puts the unsound
+          credit back).
+        """
         d_min, d_max = float(self.counts.min()), float(self.counts.max())
         lr, q, bound, steps = (1.0, 1.0, self.warm_bound, 1) if warm else (self.lr, self.q, self.bound, self.S)
-        to_record = (bound / self.L) * q * d_min / (lr * self.C) if credit_transmit_noise else 0.0
+        scaffold = self.algorithm.control_variates
+        credit = credit_transmit_noise and (not scaffold or SCAFFOLD_CREDITS_TRANSMIT_NOISE)
+        to_record = (bound / self.L) * q * d_min / (lr * self.C) if credit else 0.0
         return dict(local_steps=steps, record_sampling=q, step_noise=self.sigma, record_clip=self.C,
                     update_clip_failure=self.update_clip_failure,
-                    co_user_noise=0.0 if self.algorithm.control_variates else d_min / d_max,
+                    co_user_noise=d_min / d_max if credit_co_users and not scaffold else 0.0,
                     transmit_to_record=to_record)
 
     def warm_start_gradients(self) -> tuple[StackedGradients, Tensor]:

@@ -25,7 +25,7 @@ __all__ = ["account_steps"]
 
 
 def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="auto", composition: str = "pld",
-                  user_sampling: str = "revealed", delta_target: float | None = None,
+                  delta_target: float | None = None,
                   credit: str = "last-step") -> AccountantResult:
     """The ``steps`` accountant over a run, as an :class:`~otafl.privacy.accountants.run.AccountantResult`.
 
@@ -51,13 +51,13 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     charged = 0.0
     for f in facts:
         b = steps_round(**facts_kwargs(f, delta_l=delta_l, delta_prime=delta_prime), composition=composition,
-                        user_sampling=user_sampling, credit=credit)
+                        credit=credit)
         eps_c.append(float(b.epsilon_central))
         eps_l.append(float(b.epsilon_local))
         d_c.append(float(b.delta_central))
         d_l_round.append(float(b.delta_local))
         reason |= int(b.reason)
-        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l, user_sampling=user_sampling,
+        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l,
                                         credit=credit)
         charged += tail + float(f.update_clip_failure)
         if rc is not None:
