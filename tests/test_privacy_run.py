@@ -212,7 +212,9 @@ def test_summary_fields_equal_the_flat_dict_of_before(case):
     for k in added:  # account_run without a delta_target: no unreachable total; +inf rounds are pointed at
         inf_rounds = fields[k.replace("total_reason", "epsilon_central")] == math.inf
         assert fields[k] == ("total +inf: some round's epsilon is +inf (see reason)" if inf_rounds else "")
-    fields = {k: v for k, v in fields.items() if k not in added}
+    units = {f"{a}_unit" for a in ("paper", "tight", "exact")}  # new: what the epsilons protect
+    assert all(fields[k] == "user" for k in units)
+    fields = {k: v for k, v in fields.items() if k not in added | units}
     assert list(fields) == list(expected)  # same columns, same order
     changed = EXACT_PER_ROUND + EXACT_TOTALS + tuple(f"{a}_{s}" for a in ("paper", "tight") for s in CLOSED_TOTALS)
     assert {k: v for k, v in fields.items() if k not in changed} == \

@@ -54,12 +54,13 @@ from otafl.privacy.accountants import (
     reason_text,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
-from otafl.privacy.accountants.result import delta_too_large
+from otafl.privacy.accountants.result import TOTAL_OUT_OF_RANGE, ZERO_REASON, delta_too_large, unreachable_reason
 from otafl.privacy.accountants.run import split_share
 from otafl.privacy.accountants.steps import check_user_sampling, steps_totals
 from otafl.privacy.analysis.concentration import AutoShare
 from otafl.privacy.analysis.composition import COMPOSITIONS as RULES
 from otafl.privacy.analysis.steps import COMPOSITIONS
+from otafl.privacy.units import unit_of
 from otafl.progress import Progress, Tally
 
 __all__ = ["COMPOSITIONS", "DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "PLD_ACCOUNTANTS", "bound_grid",
@@ -437,4 +438,30 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     notes = take_notes()  # e.g. a steps composition too large for a PLD, composed with rdp
     if notes:
         meta["notes"] = notes
+    meta["units"] = {a.name: unit_of(a.name, local_steps=step_noise is not None) for a in accs}
+    for row in rows:
+        _explain(row, meta["units"][row["accountant"]], delta_target)
     return {"rows": rows, "meta": meta}
+
+
+def _explain(row: dict, unit: str, delta_target: float | None) -> None:
+    """Name the row's privacy unit and give every 0 and +inf its reason (in place): a per-round
+    0 adds :data:`ZERO_REASON` to ``reason``; ``total_reason`` explains a +inf or 0 total."""
+    row["unit"] = unit
+    if row["epsilon_central"] == 0.0 or row["epsilon_local"] == 0.0:
+        row["reason"] = "; ".join(r for r in (row["reason"], ZERO_REASON) if r)
+    if "epsilon_central_total" not in row:
+        return
+    why = []
+    totals = (row["epsilon_central_total"], row["epsilon_local_total"])
+    if math.inf in totals:
+        if math.inf in (row["epsilon_central"], row["epsilon_local"]):
+            why.append("total +inf: some round's epsilon is +inf (see reason)")
+        elif delta_target is not None and row["rounds"] * row["delta_prime"] >= delta_target:
+            why.append(unreachable_reason("central", row["rounds"] * row["delta_prime"], delta_target,
+                                          "per-round tails (T delta' or count tails)"))
+        else:
+            why.append(TOTAL_OUT_OF_RANGE.format(delta=row["delta_central_total"]))
+    if 0.0 in totals:
+        why.append("total " + ZERO_REASON)
+    row["total_reason"] = "; ".join(why)

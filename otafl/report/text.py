@@ -17,7 +17,8 @@ import json
 import math
 from typing import Any, Sequence
 
-from otafl.privacy.accountants.result import delta_too_large
+from otafl.privacy.accountants.result import ZERO_REASON, delta_too_large
+from otafl.privacy.units import UNIT_LABELS, units_note
 
 from otafl.results import jsonable
 
@@ -119,7 +120,7 @@ def bound_text(result: dict) -> str:
     for name in names:
         header += [f"{name}:eps_local", f"{name}:eps_central", f"{name}:delta_central"]
         header += [f"{name}:eps_central_total", f"{name}:delta_total"] if with_totals else []
-    lines, notes = [], set()
+    lines, notes, totals_why, zero = [], set(), set(), False
     max_delta = meta.get("max_delta")
     for point, by_acc in grid.items():
         line = [_given(v) for v in point[:4] + (() if meta["channel"] else (point[4],))]
@@ -137,10 +138,12 @@ def bound_text(result: dict) -> str:
             big = delta_too_large(row["delta_central"], row["users"], max_delta)
             big_total = with_totals and delta_too_large(row.get("delta_central_total"), row["users"], max_delta)
             notes |= ({mark, mark_l} | ({"#"} if big or big_total else set())) - {""}
-            if with_totals and row["defined"] and row["epsilon_central_total"] == float("inf"):
-                notes.add("tails")
+            if with_totals and row.get("total_reason"):
+                totals_why.add(row["total_reason"])
             if not row["defined"]:
-                notes.add(row["reason"])
+                notes.add(row["reason"].replace(f"; {ZERO_REASON}", "").replace(ZERO_REASON, ""))
+            if 0.0 in (row["epsilon_central"], row["epsilon_local"]):
+                zero = True
             line += [fmt_number(row["epsilon_local"]) + mark_l, fmt_number(row["epsilon_central"]) + mark,
                      fmt_number(row["delta_central"]) + ("#" if big else "")]
             if with_totals:  # the same marks on the total as on the rounds it composes
@@ -155,12 +158,13 @@ def bound_text(result: dict) -> str:
         limit = "1/K" if max_delta is None else f"--max-delta {max_delta:.3g}"
         legend.append(f"# delta above {limit}: at that delta the guarantee allows disclosing a user's data "
                       "outright; the epsilon beside it means little (lower --delta-prime, raise p or K)")
-    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "#", "sumdom", "tails"))]
-    if "tails" in notes:
-        legend.append("inf total of finite rounds: the accountant's fixed per-round tails (T delta' or count "
-                      "tails) already reach --delta-total; raise it or lower --delta-prime")
+    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "#", "sumdom"))]
+    legend += [ZERO_REASON] if zero else []
+    legend += [f"totals: {r}" for r in sorted(totals_why)]
     if with_totals:
         legend.append(f"totals at delta_total = {meta.get('delta_total')} (eps_central_total, delta_total)")
+    if meta.get("units"):
+        legend.append(units_note(meta["units"]))
     return render_table(header, lines) + "".join(f"{line}\n" for line in legend)
 
 
@@ -270,15 +274,16 @@ def run_text(summary: dict, accountants, out_dir) -> str:
                          f"eps_central {fmt_sig(s[f'{name}_epsilon_central'])} at delta {fmt_sig(d_round)}; over "
                          f"the run eps_central {fmt_sig(s[f'{name}_epsilon_central_total'])} at delta "
                          f"{fmt_sig(d_total)} "
-                         f"({s.get(f'{name}_composition', '')})"
+                         f"({s.get(f'{name}_composition', '')}; {UNIT_LABELS.get(s.get(f'{name}_unit'), 'user level')})"
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: sum-domination over local steps; not a guaranteed bound]"
                             if name == "steps-sumdom" else
                             "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
                             "not a guaranteed bound]")
                          + (f"  [flagged: {' and '.join(big)} delta above 1/K = {1 / users:.3g}]" if big else ""))
-            if s.get(f"{name}_total_reason"):
-                lines.append(f"    {s[f'{name}_total_reason']}")
+            for why in dict.fromkeys(s.get(f"{name}_{key}") for key in ("reason", "total_reason")):
+                if why:
+                    lines.append(f"    {why}")
     if s.get("privacy_note"):
         lines.append(f"  note: {s['privacy_note']}")
     return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["AccountantResult", "PrivacyResult", "ZERO_REASON", "delta_limit", "delta_too_large", "explained",
+__all__ = ["AccountantResult", "PrivacyResult", "TOTAL_OUT_OF_RANGE", "ZERO_REASON", "delta_limit", "delta_too_large", "explained",
            "unreachable_reason"]
 
 
@@ -98,6 +98,7 @@ _SUMMARY_KEYS = (
     ("reason", "reason"),
     ("classic_valid", "classic_valid"),
     ("total_reason", "total_reason"),
+    ("unit", "unit"),
 )
 
 
@@ -121,7 +122,9 @@ class AccountantResult:
         their validity range (always True for accountants without one).
     epsilon_central_per_round, epsilon_local_per_round : [T] per round (local: worst user).
     total_reason : why a total is +inf although every round's bound is finite (its fixed
-        per-round tails already reach the run's delta_total); '' otherwise.
+        per-round tails already reach the run's delta_total), or is 0; '' otherwise.
+    unit : what the epsilons protect (:data:`otafl.privacy.units.UNITS`): ``user`` (all of one
+        user's data) or ``record`` (one record, the local-steps accountants).
     """
 
     name: str
@@ -141,6 +144,7 @@ class AccountantResult:
     epsilon_central_per_round: tuple[float, ...]
     epsilon_local_per_round: tuple[float, ...]
     total_reason: str = ""
+    unit: str = "user"
 
     def summary_fields(self) -> dict:
         """The flat run-summary columns ``"{name}_{suffix}"`` (no per-round values)."""

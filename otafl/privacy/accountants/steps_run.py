@@ -19,6 +19,7 @@ from otafl.privacy.accountants.base import reason_text
 from otafl.privacy.accountants.result import AccountantResult, unreachable_reason
 from otafl.privacy.accountants.steps import facts_kwargs, round_mechanisms, steps_round
 from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon
+from otafl.privacy.units import unit_of
 from otafl.privacy.facts import RoundFacts
 
 __all__ = ["account_steps"]
@@ -76,8 +77,9 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     total_c = compose_epsilon(sorted(central.items()), delta=delta_dp, composition=composition) if delta_dp > 0 \
         else math.inf
     total_l = compose_epsilon(sorted(local.items()), delta=delta_local, composition=composition)
+    name = "steps" if credit == "last-step" else "steps-sumdom"
     return AccountantResult(
-        name="steps" if credit == "last-step" else "steps-sumdom",
+        name=name,
         epsilon_local_max=max(eps_l), delta_local=max(d_l_round),
         epsilon_central=max(eps_c), delta_central=max(d_c),
         epsilon_local_total=total_l, delta_local_total=delta_local if local else 0.0,
@@ -85,6 +87,7 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
         delta_central_total=min(1.0, delta_dp + charged) if delta_target is None else delta_target,
         composition_central=composition, composition_local=composition,
         defined=reason == 0, reason=reason_text(reason), classic_valid=credit == "last-step",
-        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l), total_reason=total_reason)
+        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l), total_reason=total_reason,
+        unit=unit_of(name, local_steps=any(f.step_noise is not None for f in facts)))
 
 
