@@ -40,6 +40,8 @@ def units_note(units: dict[str, str]) -> str:
     by_unit: dict[str, list[str]] = {}
     for name, unit in units.items():
         by_unit.setdefault(unit, []).append(name)
-    parts = [f"{', '.join(names)}: {UNITS[unit]}" for unit, names in by_unit.items()]
-    mixed = "MIXED UNITS, not directly comparable; " if len(by_unit) > 1 else ""
+    parts = [f"{', '.join(names)}: " + " / ".join(UNITS.get(u, u) for u in unit.split("/"))
+             for unit, names in by_unit.items()]
+    kinds = {u for unit in by_unit for u in unit.split("/")}
+    mixed = "MIXED UNITS, not directly comparable; " if len(kinds) > 1 else ""
     return f"privacy unit: {mixed}" + "; ".join(parts)

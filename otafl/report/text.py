@@ -18,7 +18,7 @@ import math
 from typing import Any, Sequence
 
 from otafl.privacy.accountants.result import ZERO_REASON, delta_too_large
-from otafl.privacy.units import UNIT_LABELS, units_note
+from otafl.privacy.units import UNIT_LABELS, UNITS, units_note
 
 from otafl.results import jsonable
 
@@ -185,11 +185,15 @@ def audit_text(result: dict) -> str:
             big = True
         rows.append(cells)
     text = render_table(AUDIT_COLUMNS, rows)
+    whys = dict.fromkeys(f"{r['accountant']} {'inf' if r['epsilon'] == math.inf else '0'}: {r['reason']}"
+                         for r in result["rows"] if r.get("reason"))
+    text += "".join(f"{w}\n" for w in whys)
     m = result["meta"]
     totals = f"; totals at delta_total = {m['delta_total']:g}" if m.get("rounds") and m.get("delta_total") else ""
     return text + ("# delta above 1/K: the guarantee allows disclosing a user's data outright\n" if big else "") + (
         f"audit: {m['samples']} draws, seed {m['seed']}, {m['adversary']} adversary, "
-        f"{100 * m['confidence']:g}% {m['interval']}{totals}\n")
+        f"{100 * m['confidence']:g}% {m['interval']}{totals}\n"
+        f"privacy unit: {UNITS['user']}\n")
 
 
 def scaling_text(result: dict) -> str:
@@ -199,7 +203,7 @@ def scaling_text(result: dict) -> str:
     users = sorted({r["users"] for r in result["rows"]})
     title = (f"central leakage vs K = {users[0]} ... {users[-1]} ({len(users)} points), "
              f"sigma2 = {m['sigma2']:g}, L = {m['clip']:g}, delta_l = {m['delta_l']:g}, "
-             f"delta' = {m['delta_prime']}\n")
+             f"delta' = {m['delta_prime']}; user level\n")
     labels = {"fixed_p": f"fixed p = {m['p']:g}", "sqrt_p": f"p = {m['a']:g} K^-1/2"}
     lines = [[name, labels[scheme], fit["slope"], m["theory"][scheme], fit["points"]]
              for name in m["accountants"] for scheme, fit in m["slopes"][name].items()]
@@ -225,6 +229,7 @@ def accountants_text(curves: dict, figure: str | None = None) -> str:
     text = render_table(header, lines)
     text += (f"# delta above 1/K = {fmt_sig(1 / curves['users'])}: at that delta the guarantee allows disclosing "
              "a user's data outright; the epsilon beside it means little\n") if big else ""
+    text += f"privacy unit: {UNITS['user']}\n"
     return text + (f"figure -> {figure}\n" if figure else "")
 
 
@@ -241,7 +246,7 @@ def calibration_text(result, *, grid_points: int, tol: float) -> str:
     over = "" if result.knob == "train.rounds" else f" over {spec.train.rounds} rounds"
     at = "the run's own total delta" if result.target_delta is None else f"total delta {result.target_delta:g}"
     lines = [f"{result.knob} for {result.accountant} {result.scope} epsilon_total <= {result.target_epsilon:g}"
-             f"{over} at {at} (seed {spec.train.seed})",
+             f"{over} at {at} (seed {spec.train.seed}; {UNIT_LABELS.get(result.unit, result.unit)})",
              f"searched [{g(lo)}, {g(hi)}] ({'log' if k.log else 'linear'} grid of {grid_points}, "
              f"bisection to tol {tol:g}): {result.evaluations} bounds-only runs",
              "meets the target on " + ", ".join(f"[{g(a)}, {g(b)}]" for a, b in result.intervals),
