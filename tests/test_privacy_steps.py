@@ -165,7 +165,7 @@ def test_account_steps_delta_target_and_undefined_rounds():
     assert short.epsilon_central_total == math.inf and short.delta_central_total == 1e-7
     assert "count tails" in short.total_reason
     silent = account_steps(facts(50, 0.5, 0.0, 2, 0.5), delta_l=1e-5)
-    assert silent.epsilon_central_total == math.inf and not silent.defined and "no central noise" in silent.reason
+    assert silent.epsilon_central_total == math.inf and not silent.defined and "no step noise" in silent.reason
     nobody = account_steps(facts(50, 0.0, 1.0, 2, 0.5), delta_l=1e-5)
     assert nobody.epsilon_central_total == 0.0 and nobody.epsilon_local_total == 0.0
 

@@ -44,6 +44,7 @@ __all__ = [
     "REASON_NO_CENTRAL_NOISE",
     "REASON_NO_LOCAL_NOISE",
     "REASON_BEYOND_RANGE",
+    "REASON_NO_STEP_NOISE",
     "REASONS",
     "CENTRAL_REASONS",
     "reason_text",
@@ -59,6 +60,7 @@ REASON_DELTA_PRIME = 2
 REASON_NO_CENTRAL_NOISE = 4
 REASON_NO_LOCAL_NOISE = 8
 REASON_BEYOND_RANGE = 16
+REASON_NO_STEP_NOISE = 32
 
 REASONS: dict[int, str] = {
     REASON_HOEFFDING: "Hoeffding quantile undefined: mu_t <= K beta_t (too few expected participants for delta')",
@@ -67,6 +69,8 @@ REASONS: dict[int, str] = {
     REASON_NO_LOCAL_NOISE: "no local noise: sigma_k^2 = 0 and no channel noise",
     REASON_BEYOND_RANGE: "epsilon beyond the accountant's numerical range: the noise is tiny against the "
                          "sensitivity (exact solves up to eps = 1e7; tight states a finite, looser value)",
+    REASON_NO_STEP_NOISE: "no step noise: the local DP-SGD steps add none (transmit.step_noise = 0), and the "
+                          "record-level steps accountant credits nothing else to the target's own steps",
 }
 """Bit -> text for :attr:`RoundBound.reason` (0 = defined). Bits combine."""
 
@@ -249,7 +253,7 @@ class RoundBound:
         return self.reason == 0
 
 
-CENTRAL_REASONS = REASON_HOEFFDING | REASON_DELTA_PRIME | REASON_NO_CENTRAL_NOISE
+CENTRAL_REASONS = REASON_HOEFFDING | REASON_DELTA_PRIME | REASON_NO_CENTRAL_NOISE | REASON_NO_STEP_NOISE
 """The reason bits that make the central bound +inf."""
 
 

@@ -45,6 +45,7 @@ from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import (
     REASON_NO_CENTRAL_NOISE,
     REASON_NO_LOCAL_NOISE,
+    REASON_NO_STEP_NOISE,
     RoundBound,
     prepare_round,
 )
@@ -267,7 +268,9 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     active = (p_max > 0).to(torch.float64)
     eps_l = _epsilons(flat(active), flat(sigma), local_steps, record_sampling, flat(d_l), composition).reshape(b)
     no_noise = (sigma == 0) & (p_max > 0)
-    reason = no_noise.long() * (REASON_NO_CENTRAL_NOISE | REASON_NO_LOCAL_NOISE)
+    # FedSGD's reading: its noise is the artificial noise; local steps: the step noise
+    why = (REASON_NO_CENTRAL_NOISE | REASON_NO_LOCAL_NOISE) if step_noise is None else REASON_NO_STEP_NOISE
+    reason = no_noise.long() * why
     grid = lambda t: torch.broadcast_to(t, b)  # noqa: E731
     true = torch.ones((), dtype=torch.bool, device=dev)
     return RoundBound(
