@@ -215,6 +215,13 @@ def test_summary_fields_equal_the_flat_dict_of_before(case):
     units = {f"{a}_unit" for a in ("paper", "tight", "exact")}  # new: what the epsilons protect
     assert all(fields[k] == "user" for k in units)
     fields = {k: v for k, v in fields.items() if k not in added | units}
+    from otafl.privacy.accountants.result import FLAGGED_REASONS
+
+    for a in ("paper", "tight", "exact"):  # new: a flagged value says why in its reason too
+        flag = FLAGGED_REASONS.get(a)
+        if not fields[f"{a}_classic_valid"] and flag:
+            assert flag in fields[f"{a}_reason"]
+            fields[f"{a}_reason"] = "; ".join(r for r in fields[f"{a}_reason"].split("; ") if r != flag)
     assert list(fields) == list(expected)  # same columns, same order
     changed = EXACT_PER_ROUND + EXACT_TOTALS + tuple(f"{a}_{s}" for a in ("paper", "tight") for s in CLOSED_TOTALS)
     assert {k: v for k, v in fields.items() if k not in changed} == \

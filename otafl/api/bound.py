@@ -54,7 +54,14 @@ from otafl.privacy.accountants import (
     reason_text,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
-from otafl.privacy.accountants.result import TOTAL_OUT_OF_RANGE, ZERO_REASON, delta_too_large, unreachable_reason
+from otafl.privacy.accountants.result import (
+    FLAGGED_REASON,
+    FLAGGED_REASONS,
+    TOTAL_OUT_OF_RANGE,
+    ZERO_REASON,
+    delta_too_large,
+    unreachable_reason,
+)
 from otafl.privacy.accountants.run import split_share
 from otafl.privacy.accountants.steps import check_user_sampling, steps_totals
 from otafl.privacy.analysis.concentration import AutoShare
@@ -450,6 +457,9 @@ def _explain(row: dict, unit: str, delta_target: float | None) -> None:
     row["unit"] = unit
     if row["epsilon_central"] == 0.0 or row["epsilon_local"] == 0.0:
         row["reason"] = "; ".join(r for r in (row["reason"], ZERO_REASON) if r)
+    if not (row["classic_valid"] and row["classic_valid_local"]):
+        flag = FLAGGED_REASONS.get(row["accountant"], FLAGGED_REASON)
+        row["reason"] = "; ".join(r for r in (row["reason"], flag) if r)
     if "epsilon_central_total" not in row:
         return
     why = []

@@ -17,7 +17,7 @@ import json
 import math
 from typing import Any, Sequence
 
-from otafl.privacy.accountants.result import ZERO_REASON, delta_too_large
+from otafl.privacy.accountants.result import FLAGGED_REASON, FLAGGED_REASONS, ZERO_REASON, delta_too_large
 from otafl.privacy.units import UNIT_LABELS, UNITS, units_note
 
 from otafl.results import jsonable
@@ -106,6 +106,12 @@ _PAPER_LOCAL = ("? paper's local epsilon is not a guaranteed bound: it is amplif
                 "eps_0 > 1; tight's local epsilon is not amplified and holds")
 
 
+def _undefined_only(reason: str) -> str:
+    """A row's reason without the parts that explain a 0 or a flag (the legend says those apart)."""
+    extra = {ZERO_REASON, FLAGGED_REASON, *FLAGGED_REASONS.values()}
+    return "; ".join(part for part in reason.split("; ") if part not in extra)
+
+
 def bound_text(result: dict) -> str:
     """:func:`otafl.api.bound.bound_grid` as a table: one line per grid point, the
     accountants' epsilons side by side, then a legend of the marks and undefined points."""
@@ -141,7 +147,7 @@ def bound_text(result: dict) -> str:
             if with_totals and row.get("total_reason"):
                 totals_why.add(row["total_reason"])
             if not row["defined"]:
-                notes.add(row["reason"].replace(f"; {ZERO_REASON}", "").replace(ZERO_REASON, ""))
+                notes.add(_undefined_only(row["reason"]))
             if 0.0 in (row["epsilon_central"], row["epsilon_local"]):
                 zero = True
             line += [fmt_number(row["epsilon_local"]) + mark_l, fmt_number(row["epsilon_central"]) + mark,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["AccountantResult", "PrivacyResult", "TOTAL_OUT_OF_RANGE", "ZERO_REASON", "delta_limit", "delta_too_large", "explained",
+__all__ = ["AccountantResult", "FLAGGED_REASONS", "PrivacyResult", "TOTAL_OUT_OF_RANGE", "ZERO_REASON", "delta_limit", "delta_too_large", "explained",
            "unreachable_reason"]
 
 
@@ -49,6 +49,16 @@ TOTAL_OUT_OF_RANGE = ("total +inf at delta_total = {delta:.3g} although every ro
 """Why a total is +inf where every round is finite and the accountant gave no reason of its own."""
 
 
+FLAGGED_REASONS = {
+    "paper": "flagged, not a guaranteed bound: paper's classic Gaussian step has eps_0 > 1 (outside its validity "
+             "range) or its local epsilon is amplified by sampling with p < 1 (the server can tell who transmitted)",
+    "steps-sumdom": "flagged, not a guaranteed bound: the source's sum-domination of local steps (another user's "
+                    "later steps can cancel its own earlier noise), steps is the sound value",
+}
+"""Why an accountant's value is flagged (``classic_valid`` false), by accountant."""
+FLAGGED_REASON = "flagged, not a guaranteed bound (outside the formula's validity range)"
+
+
 def _join(*parts: str) -> str:
     return "; ".join(p for p in dict.fromkeys(parts) if p)
 
@@ -64,6 +74,8 @@ def explained(result: "AccountantResult", delta_total: float | None = None) -> "
 
     rounds = result.epsilon_central_per_round + result.epsilon_local_per_round
     reason, total = result.reason, result.total_reason
+    if not result.classic_valid:
+        reason = _join(reason, FLAGGED_REASONS.get(result.name, FLAGGED_REASON))
     if any(e == 0.0 for e in rounds) or result.epsilon_central == 0.0:
         reason = _join(reason, ZERO_REASON)
     totals = (result.epsilon_central_total, result.epsilon_local_total)
