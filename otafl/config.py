@@ -70,6 +70,7 @@ class TransmitSpec:
     threshold: float | None = None  # truncate: users with h below stay silent
     record_clip: float = 1.0  # C, per-example clipping of the local steps (fedavg, scaffold)
     step_noise: float = 1.0  # sigma, Gaussian noise per local step in units of C (fedavg, scaffold)
+    update_scaling: str = "bound"  # fedavg, scaffold: bound (u L / B, the public norm bound) | clip (u clipped to L)
 
 
 @dataclass(frozen=True)

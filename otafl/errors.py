@@ -69,3 +69,17 @@ def check_scale(name: str, value, *, zero: bool = False) -> float:
         return v
     allowed = f"{'0 or ' if zero else ''}[{1.0 / MAX_SCALE:g}, {MAX_SCALE:g}]"
     raise out_of_range(name, value, allowed)
+
+
+SNR_DB_RANGE = (-100.0, 100.0)
+"""Allowed transmit SNRs in dB (``channel.snr_db``, ``--snr-db``). Beyond, the channel noise
+variance N0 / c_t^2 (about 10^(-SNR/10) in gradient units) leaves float64's range in the
+accountants' sums (it underflowed to 0 near 1540 dB and made a noiseless channel look
+private); within it the power budget 10^(SNR/10) spans 1e-10 to 1e10, far inside it."""
+
+
+def check_snr_db(name: str, value) -> float:
+    """Return ``value`` if it is an SNR in dB within :data:`SNR_DB_RANGE`, else raise naming it."""
+    lo, hi = SNR_DB_RANGE
+    return check_range(name, value, lo, hi)
+

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import functools
 
-from otafl.errors import OtaflInputError, check_scale
+from otafl.errors import OtaflInputError, check_scale, check_snr_db
 from otafl.errors import check_range as _check_range
 
 #: Every numeric spec key must be finite: an infinite rate, clip, noise or count makes no sense
@@ -43,7 +43,7 @@ def registries() -> dict[str, Any]:
     from otafl.device import DEVICES
     from otafl.estimate import ESTIMATORS
     from otafl.fl.optim import OPTIMIZERS
-    from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, SUPERPOSITIONS
+    from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, SUPERPOSITIONS, UPDATE_SCALINGS
     from otafl.models import MODELS
     from otafl.privacy.accountants import ACCOUNTANTS
     from otafl.sampling import SAMPLING_SCHEMES, SCHEDULES
@@ -55,14 +55,16 @@ def registries() -> dict[str, Any]:
         "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATIONS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
         "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS, "digital.mechanism": MECHANISMS,
-        "digital.access": ACCESS_SCHEMES,
+        "digital.access": ACCESS_SCHEMES, "transmit.update_scaling": UPDATE_SCALINGS,
     }
 
 
-def _validate_local_steps(spec: Spec, algorithms) -> None:
+def _validate_local_steps(spec: Spec, algorithms, scalings=None) -> None:
     """The local-steps keys (docs/model.md#local-steps); fedsgd takes one step and ignores the rest."""
     tr, tx = spec.train, spec.transmit
     _names("train.algorithm", tr.algorithm, algorithms)
+    if scalings is not None:
+        _names("transmit.update_scaling", tx.update_scaling, scalings)
     from otafl.privacy.accountants.steps import check_step_knobs
 
     check_step_knobs(tr.local_steps, tx.step_noise, prefix="spec")
@@ -78,6 +80,9 @@ def _validate_local_steps(spec: Spec, algorithms) -> None:
         if tr.server_lr is not None:
             raise OtaflInputError("train.server_lr is for fedavg and scaffold; fedsgd steps with train.optimizer "
                                   "at train.lr")
+        if tx.update_scaling != "bound":
+            raise OtaflInputError(f"transmit.update_scaling = {tx.update_scaling!r} is for fedavg and scaffold "
+                                  "(fedsgd always clips its gradient to transmit.clip)")
     elif tr.weight_decay:
         raise OtaflInputError(f"train.weight_decay = {tr.weight_decay!r} is outside the allowed range [0, 0] "
                               f"for train.algorithm = {tr.algorithm!r} (no weight decay in the local steps)")
@@ -107,7 +112,7 @@ def validate(spec: Spec) -> None:
     check_range("channel.rho", c.rho, 0, 1)
     check_scale("channel.n0", c.n0, zero=True)
     for v in as_list(c.snr_db):
-        check_range("channel.snr_db", v, -100, 100)
+        check_snr_db("channel.snr_db", v)
     for v in as_list(c.large_scale_gain):
         check_scale("channel.large_scale_gain", v)
     if c.group_sizes is not None:
@@ -155,7 +160,7 @@ def validate(spec: Spec) -> None:
     check_range("train.eval_every", tr.eval_every, 1, None)
     check_range("train.seed", tr.seed, 0, 2**32 - 1)
     _names("train.device", tr.device, names["train.device"])
-    _validate_local_steps(spec, names["train.algorithm"])
+    _validate_local_steps(spec, names["train.algorithm"], names["transmit.update_scaling"])
     check_range("privacy.delta_l", pv.delta_l, 0, 1, lo_open=True, hi_open=True)
     if isinstance(pv.delta_prime, str):
         if pv.delta_prime != "auto":

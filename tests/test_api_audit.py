@@ -96,8 +96,9 @@ def test_printed_numbers_of_the_local_audit_are_pinned():
 def test_audit_text_is_one_line_per_row_and_a_footer():
     out = audit_grid(**SMALL, accountants=["exact", "paper"])
     lines = audit_text(out).splitlines()
-    assert lines[0].split() == list(AUDIT_COLUMNS) and len(lines) == 1 + 2 + 1
-    assert lines[-1].startswith("audit: 20000 draws, seed 4, hidden adversary, 95% Clopper-Pearson")
+    assert lines[0].split() == list(AUDIT_COLUMNS) and len(lines) == 1 + 2 + 2
+    assert lines[-1].startswith("privacy unit: user level")
+    assert lines[-2].startswith("audit: 20000 draws, seed 4, hidden adversary, 95% Clopper-Pearson")
 
 
 @pytest.mark.parametrize("kw,needle", [

@@ -27,7 +27,7 @@ def test_writes_the_figure_and_prints_the_papers_preset(tmp_path):
         ["0.5", "3.13", "1.50e-05", "2.52", "1.50e-05", "1.19", "1.00e-05"],
         ["0.9", "2.45", "1.90e-05", "1.90", "1.90e-05", "1.64", "1.00e-05"]]
     assert lines[4].startswith("# delta above 1/K = 0.00500")
-    assert lines[5] == f"figure -> {out}"
+    assert lines[5].startswith("privacy unit: user level") and lines[6] == f"figure -> {out}"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

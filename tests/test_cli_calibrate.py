@@ -14,7 +14,8 @@ from otafl.fl.loop import run_experiment
 TINY = ["--set", "data.name='synthetic'", "--set", "data.users=20", "--set", "train.rounds=5",
         "--set", "privacy.accountants=['paper','tight']", "--set", "privacy.delta_total=1e-2"]  # K = 20 needs room
 SIGMA2 = ["calibrate", *TINY, "--solve", "transmit.sigma2", "--target-epsilon", "30", "--accountant", "tight"]
-KEYS = {"knob", "value", "intervals", "epsilon_total", "epsilon_round", "delta", "accountant", "scope",
+KEYS = {"knob", "value", "intervals", "epsilon_total", "epsilon_round", "delta", "delta_round", "unit", "accountant",
+        "scope",
         "target_epsilon", "evaluations"}
 
 

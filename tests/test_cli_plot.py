@@ -119,7 +119,7 @@ def test_options_reach_the_figure(results, tmp_path):
     assert res.exit_code == 0, res.output
     with read_store(results) as store:
         fig = make_figure(store, "tradeoff", accountant="tight", epsilon="total")
-    assert fig.axes[0].get_xlabel() == "central ε total over T = 6 rounds (tight) at δ = 1e-05"
+    assert fig.axes[0].get_xlabel() == "central ε total over T = 6 rounds (tight) at δ = 1e-05, user level"
     assert plot(results, "--kind", "accuracy", "--facet", "none", "--out", out).exit_code == 0
 
 

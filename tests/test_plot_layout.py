@@ -97,8 +97,9 @@ def test_the_tradeoff_axis_states_the_per_round_delta_of_its_accountant(tmp_path
 
     db = fake_store(tmp_path / "r.sqlite", {"sampling.p": [0.2, 0.8]}, seeds=(0,),
                     accountants=("paper", "tight", "exact"), summary=with_deltas)
-    assert xlabel(figure(db, "tradeoff")).endswith("per round (worst round; exact) at δ = 1e-05")
-    assert xlabel(figure(db, "tradeoff", accountant="tight")).endswith("(worst round; tight) at δ = 6.67e-06")
+    assert xlabel(figure(db, "tradeoff")).endswith("per round (worst round; exact) at δ = 1e-05, user level")
+    assert xlabel(figure(db, "tradeoff", accountant="tight")).endswith(
+        "(worst round; tight) at δ = 6.67e-06, user level")
     assert "per round (worst round; paper, tight) at δ = 6.67e-06" in xlabel(
         figure(db, "tradeoff", accountant="paper,tight"))
 

@@ -235,8 +235,19 @@ def test_summary_fields_equal_the_flat_dict_of_before(case):
     expected = {k: v for k, v in old.items() if not k.endswith("_per_round")}
     fields = result.summary_fields()
     added = {f"{a}_total_reason" for a in ("paper", "tight", "exact")}  # new since OLD_FLAT (delta_total)
-    assert all(fields[k] == "" for k in added)  # account_run without a delta_target: no unreachable total
-    fields = {k: v for k, v in fields.items() if k not in added}
+    for k in added:  # account_run without a delta_target: no unreachable total; +inf rounds are pointed at
+        inf_rounds = fields[k.replace("total_reason", "epsilon_central")] == math.inf
+        assert fields[k] == ("total +inf: some round's epsilon is +inf (see reason)" if inf_rounds else "")
+    units = {f"{a}_unit" for a in ("paper", "tight", "exact")}  # new: what the epsilons protect
+    assert all(fields[k] == "user" for k in units)
+    fields = {k: v for k, v in fields.items() if k not in added | units}
+    from otafl.privacy.accountants.result import FLAGGED_REASONS
+
+    for a in ("paper", "tight", "exact"):  # new: a flagged value says why in its reason too
+        flag = FLAGGED_REASONS.get(a)
+        if not fields[f"{a}_classic_valid"] and flag:
+            assert flag in fields[f"{a}_reason"]
+            fields[f"{a}_reason"] = "; ".join(r for r in fields[f"{a}_reason"].split("; ") if r != flag)
     assert list(fields) == list(expected)  # same columns, same order
     changed = EXACT_PER_ROUND + EXACT_TOTALS + tuple(f"{a}_{s}" for a in ("paper", "tight") for s in CLOSED_TOTALS)
     unchanged = [k for k in fields if k not in changed]

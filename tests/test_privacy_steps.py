@@ -17,7 +17,6 @@ from otafl.privacy.accountants.steps import steps_round, steps_sumdom_round, ste
 from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.analysis.steps import (
     COMPOSITIONS,
-    RDP_INTEGER_ORDERS,
     StepRound,
     compose_epsilon,
     round_rdp,
@@ -129,54 +128,36 @@ def test_the_unknown_count_is_a_lower_quantile_whose_failure_is_charged():
     assert float(low.quantile) < m and float(low.epsilon_central) > float(b.epsilon_central)
 
 
-def test_revealed_user_sampling_is_the_mixture_and_hidden_is_amplified():
+def test_revealed_user_sampling_is_the_mixture_over_rounds():
     kw = dict(users=1, noise_var=0.0, sensitivity=1.0, alignment_gain=1.0, n0=0.0, delta_l=1e-5, step_noise=0.9)
     full = float(subsampled_gaussian_epsilon(rate=1.0, noise_multiplier=0.9, delta=1e-5 / 0.3))
     revealed = steps_round(participation_prob=0.3, **kw)
-    hidden = steps_round(participation_prob=0.3, user_sampling="hidden", **kw)
     assert float(revealed.epsilon_central) == pytest.approx(full, rel=1e-9)  # p H(eps) = delta
-    assert float(hidden.epsilon_central) == pytest.approx(
-        float(subsampled_gaussian_epsilon(rate=0.3, noise_multiplier=0.9, delta=1e-5)), rel=1e-9)
-    assert float(hidden.epsilon_central) < float(revealed.epsilon_central)
     # PLD composition of the revealed mixture over rounds: at most T times, at least once the round
     r = StepRound(0.3, 1.0, 0.9, 1)
     total = compose_epsilon([(r, 20)], delta=1e-5)
     assert float(revealed.epsilon_central) < total < 20 * float(revealed.epsilon_central)
 
 
-def test_hidden_coin_over_several_steps_is_exact_where_a_closed_form_exists():
-    """With q = 1 the S steps are one Gaussian of noise z / sqrt(S): the transformed profiles
-    (hidden_round_pld) must give the p-subsampled Gaussian's eps, in PLD and in RDP."""
-    nested = StepRound(0.3, 1.0, 2.0, 4, "hidden")
-    flat = StepRound(0.3, 1.0, 1.0, 1, "hidden")
-    assert compose_epsilon([(nested, 3)], delta=1e-5) == pytest.approx(compose_epsilon([(flat, 3)], delta=1e-5),
-                                                                       rel=1e-4)
-    orders = tuple(float(a) for a in RDP_INTEGER_ORDERS)
-    np.testing.assert_allclose(round_rdp(nested, orders), round_rdp(flat, orders), rtol=1e-9)
-
-
-def _integrate_rdp_two_steps(p, q, z, alpha, n=2001):
-    """D_alpha of A' = (1 - p) B + p A vs B in both directions by quadrature on a 2-D grid, where A is two
-    PoissonSampled(q, Gaussian(z)) steps with the record and B is N(0, z^2 I_2)."""
-    x = np.linspace(-12 * z - alpha, 12 * z + alpha + 1, n)  # the alpha-th moment lives out to ~alpha
+def _mixture_rdp_two_steps(p, q, z, alpha, n=2001):
+    """D_alpha of the revealed mixture by quadrature: with probability p two PoissonSampled(q,
+    Gaussian(z)) steps (A with the record, B without), otherwise nothing (the same point mass
+    under both), so exp((alpha - 1) D) = 1 - p + p exp((alpha - 1) D_alpha(A || B))."""
+    x = np.linspace(-12 * z - alpha, 12 * z + alpha + 1, n)
     dx = x[1] - x[0]
     b1 = np.exp(-x ** 2 / (2 * z * z)) / (z * math.sqrt(2 * math.pi))
     a1 = (1 - q) * b1 + q * np.exp(-(x - 1) ** 2 / (2 * z * z)) / (z * math.sqrt(2 * math.pi))
-    B = np.outer(b1, b1)
-    A = (1 - p) * B + p * np.outer(a1, a1)
-    remove = np.log(np.sum(B * (A / B) ** alpha) * dx * dx) / (alpha - 1)
-    add = np.log(np.sum(A * (B / A) ** alpha) * dx * dx) / (alpha - 1)
-    return remove, add
+    B, A = np.outer(b1, b1), np.outer(a1, a1)
+    inner = np.log(np.sum(B * (A / B) ** alpha) * dx * dx)  # (alpha - 1) D_alpha(A || B)
+    return float(np.logaddexp(math.log1p(-p), math.log(p) + inner) / (alpha - 1))
 
 
 @pytest.mark.parametrize("p, q, z", [(0.3, 0.5, 1.0), (0.6, 0.2, 0.8), (0.1, 1.0, 1.5)])
-def test_hidden_rdp_of_two_steps_matches_quadrature_and_the_add_direction_is_smaller(p, q, z):
+def test_revealed_rdp_of_two_steps_matches_quadrature(p, q, z):
     orders = (2.0, 3.0, 5.0, 8.0)
-    ours = round_rdp(StepRound(p, q, z, 2, "hidden"), orders)
+    ours = round_rdp(StepRound(p, q, z, 2), orders)
     for alpha, value in zip(orders, ours):
-        remove, add = _integrate_rdp_two_steps(p, q, z, alpha)
-        assert value == pytest.approx(remove, rel=1e-6, abs=1e-10)
-        assert add <= remove * (1 + 1e-9)
+        assert value == pytest.approx(_mixture_rdp_two_steps(p, q, z, alpha), rel=1e-6, abs=1e-10)
 
 
 def test_account_steps_delta_target_and_undefined_rounds():
@@ -191,7 +172,7 @@ def test_account_steps_delta_target_and_undefined_rounds():
     assert short.epsilon_central_total == math.inf and short.delta_central_total == 1e-7
     assert "count tails" in short.total_reason
     silent = account_steps(facts(50, 0.5, 0.0, 2, 0.5), delta_l=1e-5)
-    assert silent.epsilon_central_total == math.inf and not silent.defined and "no central noise" in silent.reason
+    assert silent.epsilon_central_total == math.inf and not silent.defined and "no step noise" in silent.reason
     nobody = account_steps(facts(50, 0.0, 1.0, 2, 0.5), delta_l=1e-5)
     assert nobody.epsilon_central_total == 0.0 and nobody.epsilon_local_total == 0.0
 
@@ -199,7 +180,7 @@ def test_account_steps_delta_target_and_undefined_rounds():
 @pytest.mark.parametrize("bad, match", [
     (dict(local_steps=0), "local_steps = 0"), (dict(record_sampling=0.0), "record_sampling = 0.0"),
     (dict(record_sampling=1.5), "record_sampling = 1.5"), (dict(step_noise=-1.0), "step_noise = -1.0"),
-    (dict(composition="moments"), "composition = 'moments'"), (dict(user_sampling="sometimes"), "user_sampling"),
+    (dict(composition="moments"), "composition = 'moments'"),
     (dict(step_noise=None, local_steps=3), "need step_noise"),
 ])
 def test_bad_steps_input_raises(bad, match):

@@ -34,6 +34,7 @@ from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
 from otafl.privacy.accountants import exact_round, exact_total
+from otafl.privacy.accountants.base import reason_text
 from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec
 from otafl.privacy.facts import uniform_facts
@@ -158,7 +159,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     chan = [row["channel_noise_var"] for row in first]
     if has_exact:
         f64 = dict(dtype=torch.float64, device=device)
-        ex = {k: [] for k in ("epsilon_central", "delta_central", "epsilon_local", "delta_local")}
+        ex = {k: [] for k in ("epsilon_central", "delta_central", "epsilon_local", "delta_local", "reason")}
         for lo in range(0, G, EXACT_PIECE):
             piece = points[lo:lo + EXACT_PIECE]
             res = exact_round(participation_prob=torch.tensor([pt[1] for pt in piece], **f64),
@@ -169,6 +170,7 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                               delta_l=delta_l, dim=dim)
             for k in ex:
                 ex[k] += torch.broadcast_to(getattr(res, k), (len(piece),)).tolist()
+            ex["reason"][-len(piece):] = [reason_text(code) for code in ex["reason"][-len(piece):]]
             tally.advance(len(piece))
         for i in range(G):
             row = {k: ex[k][i] for k in ex}
@@ -211,12 +213,22 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                         "audit_delta": float(delta[j]) if finite else None,
                         "audit_lower": float(lower[j]) if finite else None,
                         "audit_upper": float(upper[j]) if finite else None,
-                        "hits": int(hits[j]), "verdict": verdict})
+                        "hits": int(hits[j]), "verdict": verdict, "unit": "user",
+                        "reason": _reason(by_point[i][names[j]], eps[j], total=T > 1)})
     tally.finish()
     meta = {"command": "audit", "accountants": list(accountants), "samples": samples, "seed": seed,
             "confidence": confidence, "adversary": adversary, "scope": scope, "delta_l": delta_l,
             "delta_prime": delta_prime, "delta_total": delta_total, "n0": n0, "dim": dim, "rounds": rounds, "device": str(device),
             "interval": "Clopper-Pearson on the count of L > eps + Exp(1) draws (exact binomial)",
             "model": "worst-case pair +-L (sensitivity 2L), others' gradients known; h = 1 grid as otafl bound",
+            "unit": "user",
             "non_finite": JSON_NON_FINITE}
     return {"rows": out_rows, "meta": meta}
+
+
+def _reason(bound_row: dict, epsilon: float, *, total: bool) -> str:
+    """Why the audited epsilon is +inf or 0 (the bound row's reason; '' for a finite positive one)."""
+    if 0.0 < epsilon < math.inf:
+        return ""
+    why = bound_row.get("total_reason", "") if total else ""
+    return why or bound_row.get("reason", "") or ("+inf: no finite bound" if epsilon == math.inf else "")

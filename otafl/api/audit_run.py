@@ -102,7 +102,8 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
     fedsgd_grads = {}
     if local:
         facts_steps = _local_steps(spec, audit, recs.x, recs.y, recs.index_present, recs.counts, gens)
-        step_facts = facts_steps.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise)  # as the loop
+        step_facts = facts_steps.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise,
+                                                credit_co_users=aggregation.sums_linearly)  # as the loop
     else:
         w0 = torch.zeros(d, dtype=torch.float64, device=dev)
         for present in (True, False):

@@ -43,7 +43,7 @@ import torch
 from otafl.api.defaults import DEFAULT_CHANNEL_ROUNDS, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
 from otafl.limits import COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_memory, count_window_bytes
 from otafl.device import default_threads
-from otafl.errors import OtaflInputError, check_range, check_scale
+from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
 from otafl.privacy.accountants import (
     REASONS,
     RoundBound,
@@ -54,12 +54,20 @@ from otafl.privacy.accountants import (
     reason_text,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
-from otafl.privacy.accountants.result import delta_too_large
+from otafl.privacy.accountants.result import (
+    FLAGGED_REASON,
+    FLAGGED_REASONS,
+    TOTAL_OUT_OF_RANGE,
+    ZERO_REASON,
+    delta_too_large,
+    unreachable_reason,
+)
 from otafl.privacy.accountants.run import split_share
-from otafl.privacy.accountants.steps import steps_totals
+from otafl.privacy.accountants.steps import check_user_sampling, steps_totals
 from otafl.privacy.analysis.concentration import AutoShare
 from otafl.privacy.analysis.composition import COMPOSITIONS as RULES
 from otafl.privacy.analysis.steps import COMPOSITIONS
+from otafl.privacy.units import unit_of
 from otafl.progress import Progress, Tally
 
 __all__ = ["COMPOSITIONS", "DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "PLD_ACCOUNTANTS", "bound_grid",
@@ -250,9 +258,10 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         composes them (module docstring); ``rdp``: without PLD, the smallest of basic,
         advanced and RDP; ``rdp-classic``: ``steps`` only (RDP with the classic conversion).
         ``steps`` composes its S steps and its rounds with it (the ``composition`` column).
-    local_steps, record_sampling, step_noise, user_sampling : read by the ``steps``
-        accountant only (S, q, sigma in units of C, ``revealed`` | ``hidden``;
-        docs/privacy/steps.md#steps). ``step_noise`` None: its FedSGD reading (one step of
+    local_steps, record_sampling, step_noise : read by the ``steps`` accountant only (S, q,
+        sigma in units of C; docs/privacy/steps.md#steps).
+    user_sampling : ``revealed``, the only sound reading of the user coin at record level;
+        ``hidden`` is refused (docs/privacy/steps.md#steps-user-sampling). ``step_noise`` None: its FedSGD reading (one step of
         sensitivity 2L with noise sqrt(sigma2)).
     progress : called with (done, total) as the grid is evaluated, ending with (total,
         total); the units are (grid point, evaluated round, accountant) triples.
@@ -275,6 +284,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
     accountants = check_accountants(accountants)
+    check_user_sampling(user_sampling)
     from otafl.limits import memory_limit_bytes
     from otafl.privacy.analysis.pld import set_memory_budget, take_notes
 
@@ -286,6 +296,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
         check_scale("sigma2", value, zero=True)
     for value in clip:
         check_scale("clip", value)
+    for value in snr_db:
+        check_snr_db("snr_db", value)
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     if not isinstance(delta_prime, str):
         check_range("delta_prime", delta_prime, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
@@ -309,7 +321,7 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     share = split_share(delta_prime, delta_target, rounds) if rounds is not None else None  # auto delta' per round
     f64 = dict(dtype=torch.float64, device=device)
     steps_kwargs = dict(local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
-                        composition=composition, user_sampling=user_sampling)
+                        composition=composition)
 
     info = None
     if channel is not None:
@@ -430,4 +442,33 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     notes = take_notes()  # e.g. a steps composition too large for a PLD, composed with rdp
     if notes:
         meta["notes"] = notes
+    meta["units"] = {a.name: unit_of(a.name, local_steps=step_noise is not None) for a in accs}
+    for row in rows:
+        _explain(row, meta["units"][row["accountant"]], delta_target)
     return {"rows": rows, "meta": meta}
+
+
+def _explain(row: dict, unit: str, delta_target: float | None) -> None:
+    """Name the row's privacy unit and give every 0 and +inf its reason (in place): a per-round
+    0 adds :data:`ZERO_REASON` to ``reason``; ``total_reason`` explains a +inf or 0 total."""
+    row["unit"] = unit
+    if row["epsilon_central"] == 0.0 or row["epsilon_local"] == 0.0:
+        row["reason"] = "; ".join(r for r in (row["reason"], ZERO_REASON) if r)
+    if not (row["classic_valid"] and row["classic_valid_local"]):
+        flag = FLAGGED_REASONS.get(row["accountant"], FLAGGED_REASON)
+        row["reason"] = "; ".join(r for r in (row["reason"], flag) if r)
+    if "epsilon_central_total" not in row:
+        return
+    why = []
+    totals = (row["epsilon_central_total"], row["epsilon_local_total"])
+    if math.inf in totals:
+        if math.inf in (row["epsilon_central"], row["epsilon_local"]):
+            why.append("total +inf: some round's epsilon is +inf (see reason)")
+        elif delta_target is not None and row["rounds"] * row["delta_prime"] >= delta_target:
+            why.append(unreachable_reason("central", row["rounds"] * row["delta_prime"], delta_target,
+                                          "per-round tails (T delta' or count tails)"))
+        else:
+            why.append(TOTAL_OUT_OF_RANGE.format(delta=row["delta_central_total"]))
+    if 0.0 in totals:
+        why.append("total " + ZERO_REASON)
+    row["total_reason"] = "; ".join(why)

@@ -160,11 +160,17 @@ class CalibrationResult:
     spec: Spec
     summary: dict = field(repr=False)
 
+    @property
+    def unit(self) -> str:
+        """What the epsilons protect (:data:`otafl.privacy.units.UNITS`), as the run states it."""
+        return str(self.summary.get(f"{self.accountant}_unit", "user"))
+
     def to_json(self) -> dict[str, Any]:
         """The ``--format json`` object (non-finite numbers as "inf"/"nan")."""
         return jsonable({
             "knob": self.knob, "value": self.value, "intervals": [list(iv) for iv in self.intervals],
             "epsilon_total": self.epsilon_total, "epsilon_round": self.epsilon_round, "delta": self.delta,
+            "delta_round": self.delta_round, "unit": self.unit,
             "accountant": self.accountant, "scope": self.scope, "target_epsilon": self.target_epsilon,
             "evaluations": self.evaluations,
         })

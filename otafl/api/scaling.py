@@ -36,7 +36,7 @@ import torch
 
 from otafl.device import default_threads
 from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, SCALING_SCHEMES, check_accountants
-from otafl.errors import OtaflInputError, check_range, check_scale
+from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
 from otafl.privacy.accountants import get_accountant
 
 __all__ = ["SCHEMES", "THEORY_SLOPES", "SLOW_ACCOUNTANTS", "fit_loglog_slope", "log_users", "scaling_curves",
@@ -145,8 +145,7 @@ def scaling_curves(*, users: Sequence[float] | dict[str, Sequence[float]], p: fl
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     check_range("dim", dim, lo=1)
     check_scale("n0", n0, zero=True)
-    if not math.isfinite(snr_db):
-        raise OtaflInputError(f"snr_db = {snr_db!r} is outside the allowed range (finite numbers)")
+    check_snr_db("snr_db", snr_db)
     device = torch.device(device)
     by_name = users if isinstance(users, dict) else {name: users for name in accountants}
     missing = [name for name in accountants if name not in by_name]

@@ -60,8 +60,9 @@ from otafl.report.text import bound_text
                    "steps: RDP, improved conversion). rdp-classic: steps only, RDP with the classic conversion "
                    "eps = rdp + log(1/delta)/(alpha - 1).")
 @click.option("--user-sampling", "user_sampling", type=click.Choice(USER_SAMPLING), default="revealed",
-              show_default=True, help="steps accountant: whether a user's participation may be visible "
-                                      "(docs/privacy/steps.md#steps).")
+              show_default=True, help="steps accountant: the user coin is revealed (a user's absence is "
+                                      "visible at record level); 'hidden' is refused "
+                                      "(docs/privacy/steps.md#steps-user-sampling).")
 @output_options
 @quiet_option
 @click.pass_context

@@ -41,6 +41,6 @@ def plot_digital(results, out, no_curves):
                                       clip=float(r.params["transmit"]["clip"]))
         for row in curves["rows"]:
             click.echo(f"{row['mechanism']:8s} sigma2 {row['sigma2']:<7g} bits {row['bits']:3d}  central eps over the "
-                       f"run {fmt_sig(row['epsilon_central_total'])} at delta {fmt_sig(row['delta_total'])}")
+                       f"run {fmt_sig(row['epsilon_central_total'])} at delta {fmt_sig(row['delta_total'])} (user level)")
     path = draw(runs, curves, out)
     click.echo(f"digital figure -> {path}")

@@ -37,10 +37,16 @@ class Aggregation:
 
     credits_transmit_noise : the artificial and receiver noise reach the release (the
         ``steps`` accountant may credit them; docs/privacy/steps.md#steps).
+    sums_linearly : the release is a function of the *sum* of the participants' transmit
+        vectors (each clipped to L), so another participant's last-step noise, which enters its
+        vector linearly, may be credited to the target (FedAvg's co-user credit,
+        docs/privacy/steps.md#steps-last-step-credit). False where each user's vector is encoded
+        non-linearly before the sum (stochastic rounding, binomial encoding).
     digital : the digital mechanism's setup (``None`` unless the aggregation is digital).
     """
 
     credits_transmit_noise = False
+    sums_linearly = True
     digital = None
 
     def __init__(self, spec: Spec, *, dim: int, setup: ChannelSetup):
@@ -113,6 +119,9 @@ class Digital(Aggregation):
         from otafl.fl.digital import build_digital
 
         self.digital = build_digital(spec, dim=dim, power=setup.power, n0=spec.channel.n0)
+        # only the continuous Gaussian reference sums the clipped vectors as they are; skellam and
+        # ddg round each user's scaled vector stochastically, pbm encodes it in binomial counts
+        self.sums_linearly = self.digital.mechanism == "gaussian"
 
     def round(self, grads, h, active, generator):
         from otafl.fl.digital import digital_aggregate

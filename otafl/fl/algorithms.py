@@ -58,8 +58,9 @@ class Algorithm:
         """The server's step from the aggregation's estimate of the mean transmit vector."""
         raise NotImplementedError
 
-    def step_facts(self, *, credit_transmit_noise: bool, warm: bool = False) -> dict:
-        """The local-steps fields of :class:`~otafl.privacy.facts.RoundFacts` (none: FedSGD's defaults)."""
+    def step_facts(self, aggregation: Aggregation, *, warm: bool = False) -> dict:
+        """The local-steps fields of :class:`~otafl.privacy.facts.RoundFacts` for rounds delivered
+        by ``aggregation`` (none: FedSGD's defaults)."""
         return {}
 
     def summary(self, warm: Aggregate | None) -> dict:
@@ -143,8 +144,9 @@ class LocalStepsAlgorithm(Algorithm):
     def apply(self, estimate, *, participants, mu, unknown):
         self.local.apply(estimate, participants=participants, mu=mu, unknown=unknown)
 
-    def step_facts(self, *, credit_transmit_noise, warm=False):
-        return self.local.step_facts(credit_transmit_noise=credit_transmit_noise, warm=warm)
+    def step_facts(self, aggregation, *, warm=False):
+        return self.local.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise,
+                                     credit_co_users=aggregation.sums_linearly, warm=warm)
 
     def summary(self, warm):
         local = self.local

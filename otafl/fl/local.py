@@ -15,6 +15,11 @@ Power control needs a norm bound: u_k is sent as (L / B) u_k, clipped to L, with
 bound B of :func:`update_norm_bound`, which the clip exceeds with probability at most
 ``UPDATE_BOUND_FAILURE`` per user and round (charged to the ``steps`` accountant's delta),
 so every transmission meets the power budget exactly as a clipped FedSGD gradient does.
+With ``transmit.update_scaling = "clip"`` the update itself is sent and the aggregator clips it
+to L (user-level DP-FedAvg, McMahan et al. 2018): the norm is used fully, but the transmission is
+no longer linear in the steps, so the ``steps`` accountant credits nothing of the sum; the
+user-level accountants (``exact``, ``tight``, ``paper``, ``digital``) bound the L-clipped
+vectors as they bound FedSGD's.
 The server rescales the estimate by B / L and steps w <- w + eta_g u_hat.
 
 All participants step at once: their local models are rows of one [n, d] tensor and the
@@ -37,7 +42,7 @@ from torch.nn import functional as F
 from otafl.data import RowBuffer
 from otafl.errors import OtaflInputError
 from otafl.fl.grads import GRADIENT_METHODS, StackedGradients, supports_ghost
-from otafl.fl.strategies import ALGORITHMS, Strategy
+from otafl.fl.strategies import ALGORITHMS, UPDATE_SCALINGS, Strategy
 
 __all__ = [
     "ALGORITHMS",
@@ -56,6 +61,11 @@ Algorithm = Strategy  # an entry of ALGORITHMS (name, target, summary, local, co
 
 UPDATE_BOUND_FAILURE = 1e-12
 """Probability, per user and round, that the update exceeds the power-control bound B."""
+
+SCAFFOLD_CREDITS_TRANSMIT_NOISE = False
+"""Test-only switch: True puts back the unsound credit of the artificial and channel noise to
+SCAFFOLD's rounds (warm start included), so that the audit's teeth can be shown
+(docs/privacy/steps.md#steps-last-step-credit). Never True in a run."""
 
 
 
@@ -275,7 +285,7 @@ class LocalSteps:
                  counts: Tensor, local_steps: int, local_lr: float, server_lr: float, record_sampling: float,
                  record_clip: float, step_noise: float, transmit_clip: float, warm_start: bool,
                  mask_generator: torch.Generator, noise_generator: torch.Generator, method: str = "auto",
-                 gradient_sums: GradientSums | None = None):
+                 gradient_sums: GradientSums | None = None, update_scaling: str = "bound"):
         if algorithm not in ALGORITHMS or not ALGORITHMS[algorithm].local:
             raise OtaflInputError(f"train.algorithm = {algorithm!r} has no local steps; "
                                   f"choose one of: {', '.join(n for n, a in ALGORITHMS.items() if a.local)}")
@@ -299,8 +309,16 @@ class LocalSteps:
                                        record_clip=self.C, step_noise=self.sigma, min_records=min_records, dim=dim)
         self.warm_bound = update_norm_bound(local_lr=1.0, local_steps=1, record_sampling=1.0, record_clip=self.C,
                                             step_noise=self.sigma, min_records=min_records, dim=dim)
+        if update_scaling not in UPDATE_SCALINGS:
+            raise OtaflInputError(f"transmit.update_scaling = {update_scaling!r} is not one of: "
+                                  f"{', '.join(UPDATE_SCALINGS)}")
+        # bound: send (L / B) u, linear in the steps (the steps accountant's credits); clip: send u and
+        # let the aggregator clip it to L (user-level DP-FedAvg; nothing of the sum is credited)
+        self.clips = update_scaling == "clip"
+        self.scale = 1.0 if self.clips else self.L / self.bound
+        self.warm_scale = 1.0 if self.clips else self.L / self.warm_bound
         users = counts.shape[0]
-        self.update_clip_failure = min(1.0, users * UPDATE_BOUND_FAILURE) if self.sigma > 0 else 0.0
+        self.update_clip_failure = min(1.0, users * UPDATE_BOUND_FAILURE) if self.sigma > 0 and not self.clips else 0.0
         ref = self.params[0]
         self.c = ref.new_zeros(dim) if self.algorithm.control_variates else None
         self.c_users = ref.new_zeros(users, dim) if self.algorithm.control_variates else None
@@ -331,13 +349,14 @@ class LocalSteps:
                                   method=self.method, gradient_sums=self.gradient_sums, buffers=self.rows)
         if self.c_users is not None:
             self.c_users[users] = -u / (self.lr * self.S)
-        sent = u * (self.L / self.bound)
+        sent = u * self.scale
         grads = StackedGradients(sent, losses)
         return grads, float(losses.mean()), float((grads.norms > self.L).float().mean())
 
     def apply(self, estimate: Tensor, *, participants: int, mu: float, unknown: bool) -> None:
-        """Server step from the estimate of the mean transmit vector (L / B) u."""
-        update = estimate * (self.bound / self.L)
+        """Server step from the estimate of the mean transmit vector (L / B) u (``clip``: the mean
+        clipped update)."""
+        update = estimate / self.scale
         w = self.weights + self.server_lr * update
         torch.nn.utils.vector_to_parameters(w.to(self.params[0].dtype), self.params)
         if self.c is not None:
@@ -345,21 +364,35 @@ class LocalSteps:
             rho = min(1.0, (mu if unknown else participants) / users)
             self.c += rho * (-update / (self.lr * self.S) - self.c)
 
-    def step_facts(self, *, credit_transmit_noise: bool, warm: bool = False) -> dict:
+    def step_facts(self, *, credit_transmit_noise: bool, credit_co_users: bool = True, warm: bool = False) -> dict:
         """What the ``steps`` accountant reads of a round (:class:`~otafl.privacy.facts.RoundFacts`
         fields, docs/privacy/steps.md#steps): S, q, sigma, C, the update-clip failure, the share r of
-        another participant's last-step noise that nothing carries on (FedAvg: D_min / D_max,
-        the step normalisers q D_k differ between users; SCAFFOLD: 0, its c_k keep every
-        step's noise) and, where the artificial and channel noise reach the release
-        (``credit_transmit_noise``), the factor (B / L) q D_min / (eta_l C) that turns their
-        transmit-unit std into the record's noise multiplier. ``warm``: SCAFFOLD's warm-start
-        transmission (one full-batch step, eta_l = q = 1, bound B_w)."""
+        another participant's last-step noise that nothing carries on, and the factor
+        (B / L) q D_min / (eta_l C) that turns the artificial and channel noise's transmit-unit std
+        into the record's noise multiplier (0: not credited). ``warm``: SCAFFOLD's warm-start
+        transmission (one full-batch step, eta_l = q = 1, bound B_w).
+
+        What may be credited (docs/privacy/steps.md#steps-last-step-credit):
+
+        * r = D_min / D_max for FedAvg where the aggregation sums the transmit vectors linearly
+          (``credit_co_users``; not over skellam, ddg or pbm, whose per-user encodings are not
+          linear), 0 for SCAFFOLD (its c_k keep every step's noise);
+        * the artificial and channel noise where they reach the release
+          (``credit_transmit_noise``), for FedAvg only: under SCAFFOLD the target's next round
+          uses its own c_k, its step outputs *without* that noise, while the public c holds them
+          *with* it, so a later round reveals c - c_k, the credited noise itself
+          (:data:`SCAFFOLD_CREDITS_TRANSMIT_NOISE`, a switch for tests only, puts the unsound
+          credit back).
+        """
         d_min, d_max = float(self.counts.min()), float(self.counts.max())
         lr, q, bound, steps = (1.0, 1.0, self.warm_bound, 1) if warm else (self.lr, self.q, self.bound, self.S)
-        to_record = (bound / self.L) * q * d_min / (lr * self.C) if credit_transmit_noise else 0.0
+        scaffold = self.algorithm.control_variates
+        linear = not self.clips  # a clipped update is not linear in the steps: no share of the sum is credited
+        credit = linear and credit_transmit_noise and (not scaffold or SCAFFOLD_CREDITS_TRANSMIT_NOISE)
+        to_record = (bound / self.L) * q * d_min / (lr * self.C) if credit else 0.0
         return dict(local_steps=steps, record_sampling=q, step_noise=self.sigma, record_clip=self.C,
                     update_clip_failure=self.update_clip_failure,
-                    co_user_noise=0.0 if self.algorithm.control_variates else d_min / d_max,
+                    co_user_noise=d_min / d_max if linear and credit_co_users and not scaffold else 0.0,
                     transmit_to_record=to_record)
 
     def warm_start_gradients(self) -> tuple[StackedGradients, Tensor]:
@@ -371,11 +404,11 @@ class LocalSteps:
                                   self._draws(users, 1, 1.0), local_lr=1.0, record_sampling=1.0, record_clip=self.C,
                                   step_noise=self.sigma, method=self.method, gradient_sums=self.gradient_sums)
         self.c_users.copy_(-u)
-        return StackedGradients(-u * (self.L / self.warm_bound), losses), torch.ones_like(users, dtype=torch.bool)
+        return StackedGradients(-u * self.warm_scale, losses), torch.ones_like(users, dtype=torch.bool)
 
     def apply_warm_start(self, estimate: Tensor) -> None:
         """The server's c = the estimated mean of the users' c_k."""
-        self.c.copy_(estimate * (self.warm_bound / self.L))
+        self.c.copy_(estimate / self.warm_scale)
 
 
 def build_local_steps(spec, run, x_train: Tensor, y_train: Tensor) -> LocalSteps | None:
@@ -389,5 +422,6 @@ def build_local_steps(spec, run, x_train: Tensor, y_train: Tensor) -> LocalSteps
                       local_lr=tr.local_lr, server_lr=1.0 if tr.server_lr is None else tr.server_lr,
                       record_sampling=tr.record_sampling, record_clip=tx.record_clip, step_noise=tx.step_noise,
                       transmit_clip=tx.clip, warm_start=tr.scaffold_warm_start,
-                      mask_generator=run.generators["data"], noise_generator=run.generators["local"])
+                      mask_generator=run.generators["data"], noise_generator=run.generators["local"],
+                      update_scaling=tx.update_scaling)
 

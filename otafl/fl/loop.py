@@ -83,7 +83,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     algorithm = build_algorithm(spec, run, x_train, y_train)  # what users send, how the server steps
     estimate, unknown = ESTIMATORS[spec.estimator.kind], spec.estimator.kind == "unknown"
     sensitivity = 2.0 * spec.transmit.clip  # minibatch clipping: one record moves g_k anywhere in the L-ball
-    step_facts = algorithm.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise)
+    step_facts = algorithm.step_facts(aggregation)
 
     records: list[dict] = []
     facts: list[RoundFacts] = []
@@ -91,7 +91,7 @@ def run_experiment(spec: Spec, *, device: str | None = None, train: bool = True,
     diverged_at = None  # the first round whose loss or model is NaN/inf: training stops there
     warm = algorithm.warm_start(aggregation, h_all[0], estimate, gens["noise"], train=train)
     if warm is not None:  # a transmission before round 1 (SCAFFOLD's warm start), accounted as a round
-        warm_facts = algorithm.step_facts(credit_transmit_noise=aggregation.credits_transmit_noise, warm=True)
+        warm_facts = algorithm.step_facts(aggregation, warm=True)
         facts.append(aggregation.facts(warm, warm.eligible, sensitivity=sensitivity, step_facts=warm_facts, warm=True))
     for t in range(T):
         h, p = h_all[t], p_all[t]

@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-__all__ = ["AGGREGATIONS", "ALGORITHMS", "MECHANISMS", "SCALED_MECHANISMS", "SUPERPOSITIONS", "Strategy"]
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "MECHANISMS", "SCALED_MECHANISMS", "SUPERPOSITIONS", "Strategy",
+           "UPDATE_SCALINGS"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ ALGORITHMS: dict[str, Strategy] = {
                          "DP-SCAFFOLD: local steps with control variates (option II)", local=True,
                          control_variates=True),
 }
+
+UPDATE_SCALINGS = {
+    "bound": "the update is scaled by L / B with the public norm bound B (linear; record-level steps credits)",
+    "clip": "the update is clipped to norm L (user-level DP-FedAvg, McMahan et al. 2018; no linear credits)",
+}
+"""How fedavg and scaffold fit a model update into the power budget (``transmit.update_scaling``;
+docs/model.md#local-steps)."""
 
 SUPERPOSITIONS = ("aggregate", "per-user")
 """How the MAC's superposition is simulated (``train.superposition``; docs/model.md#superposition)."""

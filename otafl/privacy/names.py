@@ -12,5 +12,6 @@ ADVERSARIES = ("hidden", "others", "total")
 #: (:mod:`otafl.privacy.analysis.steps`; ``otafl bound --composition``).
 COMPOSITIONS = ("pld", "rdp", "rdp-classic")
 
-#: Whether the adversary may see the record's user take part (:mod:`otafl.privacy.analysis.steps`).
+#: ``otafl bound --user-sampling``: whether the adversary may see the record's user take part
+#: (docs/privacy/steps.md#steps-user-sampling; "hidden" is refused at record level, with its reason).
 USER_SAMPLING = ("revealed", "hidden")

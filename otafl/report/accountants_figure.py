@@ -71,7 +71,7 @@ def accountants_figure(curves: dict):
                 label=rf"$\delta$ > 1/K = {1 / curves['users']:.3g}: $\epsilon$ means little")
     ax.set_yscale("log")
     ax.set_xlabel("participation probability p")
-    ax.set_ylabel(r"central leakage $\epsilon_c$ per round")
+    ax.set_ylabel(r"central leakage $\epsilon_c$ per round (user level)")
     ax.set_title(rf"K = {curves['users']}, $\sigma^2$ = {curves['sigma2']:g}, L = {curves['clip']:g}, "
                  rf"$\delta_\ell$ = {curves['delta_l']:g}, N0 = {curves['n0']:g}, d = {curves['dim']}",
                  fontsize=12)

@@ -94,7 +94,7 @@ def plot_digital(runs: Sequence[StoredRun], curves: dict | None, out: str | Path
                 ax_c.bar(i + (j - (levels - 1) / 2) * width, p["energy"], width, color=color, hatch=hatch,
                          edgecolor="white")
         ax_a.set_xscale("log")
-        ax_a.set_xlabel("central ε over the run (composed)")
+        ax_a.set_xlabel("central ε over the run (composed; user level)")
         ax_a.set_ylabel("final test accuracy (%)")
         ax_a.set_title("(a) accuracy at matched central privacy")
         ax_a.legend(loc="lower right")
@@ -113,7 +113,7 @@ def plot_digital(runs: Sequence[StoredRun], curves: dict | None, out: str | Path
                           color=color, label=f"digital {mech}", markersize=9, **_line(f"digital {mech}"))
             ax_d.set_xscale("log")
             ax_d.legend()
-        ax_d.set_xlabel("central ε over the run (composed)")
+        ax_d.set_xlabel("central ε over the run (composed; user level)")
         ax_d.set_ylabel("bits per coordinate (fewest that fit)")
         ax_d.set_title("(d) communication cost as ε shrinks")
     return save_figure(fig, out)

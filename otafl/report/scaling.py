@@ -58,7 +58,7 @@ def plot_scaling(curves: dict, path: str | Path) -> Path:
             ax.loglog(k_all, e0 * (k_all / k0) ** theory, _STYLE[scheme][0], color="0.55", lw=0.7,
                       label=f"theory slope {theory:g} ({labels[scheme]})")
     ax.set_xlabel("number of users K")
-    ax.set_ylabel(r"central leakage $\epsilon_c$ per round")
+    ax.set_ylabel(r"central leakage $\epsilon_c$ per round (user level)")
     extra = ""
     if "dim" in curves:
         extra = rf", d = {curves['dim']}, $N_0$ = {curves['n0']:g}"

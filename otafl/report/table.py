@@ -41,6 +41,7 @@ from typing import Any, Sequence
 
 from otafl.errors import OtaflInputError
 from otafl.sweep.store import StoredRun
+from otafl.privacy.units import unit_of
 
 __all__ = ["COLUMNS", "COSTS", "DEFAULT_COLUMNS", "CSV_DEFAULT_COLUMNS", "FORMATS", "PER_ACCOUNTANT", "RunGroup",
            "TableRow", "TradeoffTable", "accountants_of", "choose_accountants", "default_accountants", "flat_params",
@@ -237,6 +238,7 @@ class TradeoffTable:
     rounds: list[int] = field(default_factory=list)  # distinct T over the runs
     available: list[str] = field(default_factory=list)  # every accountant present in the runs
     costs: list[str] = field(default_factory=list)  # COSTS columns some run reports
+    units: dict[str, str] = field(default_factory=dict)  # acc -> privacy unit (otafl.privacy.units)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -395,4 +397,16 @@ def tradeoff_table(runs: Sequence[StoredRun], *, group_by: Sequence[str] | None 
                     for a in chosen}
     rounds = sorted({int(r.summary["rounds"]) for r in runs if "rounds" in r.summary})
     return TradeoffTable(rows=rows, group_keys=keys, accountants=chosen, compositions=compositions,
-                         rounds=rounds, available=accountants_of(runs), costs=costs)
+                         rounds=rounds, available=accountants_of(runs), costs=costs, units=units_of(runs, chosen))
+
+
+def units_of(runs: Sequence[StoredRun], accountants: Sequence[str]) -> dict[str, str]:
+    """Each accountant's privacy unit over the runs (``{acc}_unit`` of their summaries; stores
+    written before it: ``record`` for ``steps`` on local-steps runs, ``user`` otherwise). Runs that
+    disagree (``steps`` on FedSGD and on FedAvg runs) give ``user/record``."""
+    out = {}
+    for a in accountants:
+        seen = {s.get(f"{a}_unit") or unit_of(a, local_steps=s.get("algorithm", "fedsgd") != "fedsgd")
+                for s in (r.summary for r in runs) if f"{a}_epsilon_central" in s}
+        out[a] = "/".join(sorted(seen)) if seen else unit_of(a)
+    return out

@@ -26,6 +26,7 @@ import textwrap
 from typing import Any, Sequence
 
 from otafl.errors import OtaflInputError
+from otafl.privacy.units import UNIT_LABELS, units_note
 from otafl.report.text import fmt_sig, render_table as text_table
 from otafl.report.table import (COLUMNS, COSTS, CSV_DEFAULT_COLUMNS, DEFAULT_COLUMNS, FORMATS, PER_ACCOUNTANT, TableRow,
                                 TradeoffTable, applies, fmt_value)
@@ -260,6 +261,9 @@ def _legend(table: TradeoffTable, cols: Sequence[tuple], fmt: str) -> str:
                   flagnote=r"$\dagger$" if tex else "!")
     phrase = _delta_phrase(table)
     parts = [_LEGEND] + ([phrase[0].upper() + phrase[1:] + "."] if phrase else [])
+    if table.units:
+        note = units_note({a: u for a, u in table.units.items() if a in table.accountants} or table.units)
+        parts.append(note[0].upper() + note[1:] + ".")
     if any(c[0] == "row" and c[1] == "participants" for c in cols):
         parts.append(_LEGEND_PARTICIPANTS)
     parts += [_LEGEND_SUMDOM if a == "steps-sumdom" else _LEGEND_FLAG.replace("@acc@", a)
@@ -288,7 +292,10 @@ def _default_caption(table: TradeoffTable) -> str:
     accs = ", ".join(latex_escape(a) for a in table.accountants) or "no"
     plural = "s" if len(table.accountants) != 1 else ""
     delta = latex_escape(_delta_phrase(table)).replace("deltas", r"$\delta$").replace("delta =", r"$\delta$ =")
-    return (f"Test accuracy and privacy leakage per sampling configuration ({accs} accountant{plural}, "
+    units = sorted(set("/".join(sorted(table.units.values())).split("/"))) if table.units else []
+    unit = f", {' and '.join(UNIT_LABELS.get(u, u) for u in units)}" + (" (mixed units)" if len(units) > 1 else "") \
+        if units else ""
+    return (f"Test accuracy and privacy leakage per sampling configuration ({accs} accountant{plural}{unit}, "
             f"$T = {_rounds(table)}$ rounds, {seeds}{', ' + delta if delta else ''}).")
 
 

@@ -17,7 +17,8 @@ import json
 import math
 from typing import Any, Sequence
 
-from otafl.privacy.accountants.result import delta_too_large
+from otafl.privacy.accountants.result import FLAGGED_REASON, FLAGGED_REASONS, ZERO_REASON, delta_too_large
+from otafl.privacy.units import UNIT_LABELS, UNITS, units_note
 
 from otafl.results import jsonable
 
@@ -105,6 +106,12 @@ _PAPER_LOCAL = ("? paper's local epsilon is not a guaranteed bound: it is amplif
                 "eps_0 > 1; tight's local epsilon is not amplified and holds")
 
 
+def _undefined_only(reason: str) -> str:
+    """A row's reason without the parts that explain a 0 or a flag (the legend says those apart)."""
+    extra = {ZERO_REASON, FLAGGED_REASON, *FLAGGED_REASONS.values()}
+    return "; ".join(part for part in reason.split("; ") if part not in extra)
+
+
 def bound_text(result: dict) -> str:
     """:func:`otafl.api.bound.bound_grid` as a table: one line per grid point, the
     accountants' epsilons side by side, then a legend of the marks and undefined points."""
@@ -119,7 +126,7 @@ def bound_text(result: dict) -> str:
     for name in names:
         header += [f"{name}:eps_local", f"{name}:eps_central", f"{name}:delta_central"]
         header += [f"{name}:eps_central_total", f"{name}:delta_total"] if with_totals else []
-    lines, notes = [], set()
+    lines, notes, totals_why, zero = [], set(), set(), False
     max_delta = meta.get("max_delta")
     for point, by_acc in grid.items():
         line = [_given(v) for v in point[:4] + (() if meta["channel"] else (point[4],))]
@@ -137,10 +144,12 @@ def bound_text(result: dict) -> str:
             big = delta_too_large(row["delta_central"], row["users"], max_delta)
             big_total = with_totals and delta_too_large(row.get("delta_central_total"), row["users"], max_delta)
             notes |= ({mark, mark_l} | ({"#"} if big or big_total else set())) - {""}
-            if with_totals and row["defined"] and row["epsilon_central_total"] == float("inf"):
-                notes.add("tails")
+            if with_totals and row.get("total_reason"):
+                totals_why.add(row["total_reason"])
             if not row["defined"]:
-                notes.add(row["reason"])
+                notes.add(_undefined_only(row["reason"]))
+            if 0.0 in (row["epsilon_central"], row["epsilon_local"]):
+                zero = True
             line += [fmt_number(row["epsilon_local"]) + mark_l, fmt_number(row["epsilon_central"]) + mark,
                      fmt_number(row["delta_central"]) + ("#" if big else "")]
             if with_totals:  # the same marks on the total as on the rounds it composes
@@ -155,12 +164,13 @@ def bound_text(result: dict) -> str:
         limit = "1/K" if max_delta is None else f"--max-delta {max_delta:.3g}"
         legend.append(f"# delta above {limit}: at that delta the guarantee allows disclosing a user's data "
                       "outright; the epsilon beside it means little (lower --delta-prime, raise p or K)")
-    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "#", "sumdom", "tails"))]
-    if "tails" in notes:
-        legend.append("inf total of finite rounds: the accountant's fixed per-round tails (T delta' or count "
-                      "tails) already reach --delta-total; raise it or lower --delta-prime")
+    legend += [f"inf: {r}" for r in sorted(n for n in notes if n not in ("!", "?", "#", "sumdom"))]
+    legend += [ZERO_REASON] if zero else []
+    legend += [f"totals: {r}" for r in sorted(totals_why)]
     if with_totals:
         legend.append(f"totals at delta_total = {meta.get('delta_total')} (eps_central_total, delta_total)")
+    if meta.get("units"):
+        legend.append(units_note(meta["units"]))
     return render_table(header, lines) + "".join(f"{line}\n" for line in legend)
 
 
@@ -181,11 +191,15 @@ def audit_text(result: dict) -> str:
             big = True
         rows.append(cells)
     text = render_table(AUDIT_COLUMNS, rows)
+    whys = dict.fromkeys(f"{r['accountant']} {'inf' if r['epsilon'] == math.inf else '0'}: {r['reason']}"
+                         for r in result["rows"] if r.get("reason"))
+    text += "".join(f"{w}\n" for w in whys)
     m = result["meta"]
     totals = f"; totals at delta_total = {m['delta_total']:g}" if m.get("rounds") and m.get("delta_total") else ""
     return text + ("# delta above 1/K: the guarantee allows disclosing a user's data outright\n" if big else "") + (
         f"audit: {m['samples']} draws, seed {m['seed']}, {m['adversary']} adversary, "
-        f"{100 * m['confidence']:g}% {m['interval']}{totals}\n")
+        f"{100 * m['confidence']:g}% {m['interval']}{totals}\n"
+        f"privacy unit: {UNITS['user']}\n")
 
 
 def scaling_text(result: dict) -> str:
@@ -195,7 +209,7 @@ def scaling_text(result: dict) -> str:
     users = sorted({r["users"] for r in result["rows"]})
     title = (f"central leakage vs K = {users[0]} ... {users[-1]} ({len(users)} points), "
              f"sigma2 = {m['sigma2']:g}, L = {m['clip']:g}, delta_l = {m['delta_l']:g}, "
-             f"delta' = {m['delta_prime']}\n")
+             f"delta' = {m['delta_prime']}; user level\n")
     labels = {"fixed_p": f"fixed p = {m['p']:g}", "sqrt_p": f"p = {m['a']:g} K^-1/2"}
     lines = [[name, labels[scheme], fit["slope"], m["theory"][scheme], fit["points"]]
              for name in m["accountants"] for scheme, fit in m["slopes"][name].items()]
@@ -221,6 +235,7 @@ def accountants_text(curves: dict, figure: str | None = None) -> str:
     text = render_table(header, lines)
     text += (f"# delta above 1/K = {fmt_sig(1 / curves['users'])}: at that delta the guarantee allows disclosing "
              "a user's data outright; the epsilon beside it means little\n") if big else ""
+    text += f"privacy unit: {UNITS['user']}\n"
     return text + (f"figure -> {figure}\n" if figure else "")
 
 
@@ -237,7 +252,7 @@ def calibration_text(result, *, grid_points: int, tol: float) -> str:
     over = "" if result.knob == "train.rounds" else f" over {spec.train.rounds} rounds"
     at = "the run's own total delta" if result.target_delta is None else f"total delta {result.target_delta:g}"
     lines = [f"{result.knob} for {result.accountant} {result.scope} epsilon_total <= {result.target_epsilon:g}"
-             f"{over} at {at} (seed {spec.train.seed})",
+             f"{over} at {at} (seed {spec.train.seed}; {UNIT_LABELS.get(result.unit, result.unit)})",
              f"searched [{g(lo)}, {g(hi)}] ({'log' if k.log else 'linear'} grid of {grid_points}, "
              f"bisection to tol {tol:g}): {result.evaluations} bounds-only runs",
              "meets the target on " + ", ".join(f"[{g(a)}, {g(b)}]" for a, b in result.intervals),
@@ -275,15 +290,17 @@ def run_text(summary: dict, accountants, out_dir) -> str:
                          f"{fmt_sig(s.get(f'{name}_delta_local_total', math.nan))}, "
                          f"eps_central {fmt_sig(s[f'{name}_epsilon_central_total'])} at delta "
                          f"{fmt_sig(d_total)} "
-                         f"({comp}" + (f"; local {comp_local}" if comp_local not in (None, comp) else "") + ")"
+                         f"({comp}" + (f"; local {comp_local}" if comp_local not in (None, comp) else "")
+                         + f"; {UNIT_LABELS.get(s.get(f'{name}_unit'), 'user level')})"
                          + ("" if s.get(f"{name}_classic_valid", True) else
                             "  [flagged: sum-domination over local steps; not a guaranteed bound]"
                             if name == "steps-sumdom" else
                             "  [flagged: classic step with eps_0 > 1 or LDP amplified by p < 1; "
                             "not a guaranteed bound]")
                          + (f"  [flagged: {' and '.join(big)} delta above 1/K = {1 / users:.3g}]" if big else ""))
-            if s.get(f"{name}_total_reason"):
-                lines.append(f"    {s[f'{name}_total_reason']}")
+            for why in dict.fromkeys(s.get(f"{name}_{key}") for key in ("reason", "total_reason")):
+                if why:
+                    lines.append(f"    {why}")
     if s.get("privacy_note"):
         lines.append(f"  note: {s['privacy_note']}")
     return "\n".join(lines) + "\n"

@@ -43,6 +43,8 @@ __all__ = [
     "REASON_DELTA_PRIME",
     "REASON_NO_CENTRAL_NOISE",
     "REASON_NO_LOCAL_NOISE",
+    "REASON_BEYOND_RANGE",
+    "REASON_NO_STEP_NOISE",
     "REASONS",
     "CENTRAL_REASONS",
     "reason_text",
@@ -57,12 +59,18 @@ REASON_HOEFFDING = 1
 REASON_DELTA_PRIME = 2
 REASON_NO_CENTRAL_NOISE = 4
 REASON_NO_LOCAL_NOISE = 8
+REASON_BEYOND_RANGE = 16
+REASON_NO_STEP_NOISE = 32
 
 REASONS: dict[int, str] = {
     REASON_HOEFFDING: "Hoeffding quantile undefined: mu_t <= K beta_t (too few expected participants for delta')",
     REASON_DELTA_PRIME: "delta' >= 1: too few expected participants for the concentration step",
     REASON_NO_CENTRAL_NOISE: "no central noise: zero participant quantile or zero artificial noise, and no channel noise",
     REASON_NO_LOCAL_NOISE: "no local noise: sigma_k^2 = 0 and no channel noise",
+    REASON_BEYOND_RANGE: "epsilon beyond the accountant's numerical range: the noise is tiny against the "
+                         "sensitivity (exact solves up to eps = 1e7; tight states a finite, looser value)",
+    REASON_NO_STEP_NOISE: "no step noise: the local DP-SGD steps add none (transmit.step_noise = 0), and the "
+                          "record-level steps accountant credits nothing else to the target's own steps",
 }
 """Bit -> text for :attr:`RoundBound.reason` (0 = defined). Bits combine."""
 
@@ -245,7 +253,7 @@ class RoundBound:
         return self.reason == 0
 
 
-CENTRAL_REASONS = REASON_HOEFFDING | REASON_DELTA_PRIME | REASON_NO_CENTRAL_NOISE
+CENTRAL_REASONS = REASON_HOEFFDING | REASON_DELTA_PRIME | REASON_NO_CENTRAL_NOISE | REASON_NO_STEP_NOISE
 """The reason bits that make the central bound +inf."""
 
 

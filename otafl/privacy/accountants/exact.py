@@ -26,6 +26,7 @@ from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import (
     REASON_NO_CENTRAL_NOISE,
     REASON_NO_LOCAL_NOISE,
+    REASON_BEYOND_RANGE,
     RoundBound,
     prepare_round,
 )
@@ -110,7 +111,8 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
         & (x.participation_prob > 0)).any(-1)
     eps_c, eps_l = shape(eps_c), shape(eps_l)
     reason = (torch.isinf(eps_c) & no_central).long() * REASON_NO_CENTRAL_NOISE \
-        + (torch.isinf(eps_l) & no_local).long() * REASON_NO_LOCAL_NOISE
+        + (torch.isinf(eps_l) & no_local).long() * REASON_NO_LOCAL_NOISE \
+        + ((torch.isinf(eps_c) & ~no_central) | (torch.isinf(eps_l) & ~no_local)).long() * REASON_BEYOND_RANGE
     grid_ = lambda t: torch.broadcast_to(t, b)  # noqa: E731
     true = torch.ones((), dtype=torch.bool, device=dev)
     return RoundBound(

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["AccountantResult", "PrivacyResult", "delta_limit", "delta_too_large", "unreachable_reason"]
+__all__ = ["AccountantResult", "FLAGGED_REASONS", "PrivacyResult", "TOTAL_OUT_OF_RANGE", "ZERO_REASON", "delta_limit", "delta_too_large", "explained",
+           "unreachable_reason"]
 
 
 def delta_limit(users, max_delta: float | None = None) -> float:
@@ -36,6 +37,63 @@ def unreachable_reason(kind: str, tails: float, delta_total: float, what: str = 
             f"(set a larger delta_total, or a smaller delta_prime/delta_l)")
 
 
+ZERO_REASON = ("eps = 0: the mechanism's delta at eps = 0 (its total variation distance) is already at most "
+               "the delta stated: the noise dwarfs the sensitivity, or the user takes part with negligible (or "
+               "zero) probability")
+"""Why an accountant states epsilon 0 (always sound: 0 means delta(0) <= delta)."""
+
+TOTAL_OUT_OF_RANGE = ("total +inf at delta_total = {delta:.3g} although every round is finite: no composition "
+                      "the accountant has states a finite epsilon at a delta this small (a round's privacy "
+                      "profile stays above delta_total / T beyond eps = 500, the largest a PLD grid holds); "
+                      "raise delta_total")
+"""Why a total is +inf where every round is finite and the accountant gave no reason of its own."""
+
+
+FLAGGED_REASONS = {
+    "paper": "flagged, not a guaranteed bound: paper's classic Gaussian step has eps_0 > 1 (outside its validity "
+             "range) or its local epsilon is amplified by sampling with p < 1 (the server can tell who transmitted)",
+    "steps-sumdom": "flagged, not a guaranteed bound: the source's sum-domination of local steps (another user's "
+                    "later steps can cancel its own earlier noise), steps is the sound value",
+}
+"""Why an accountant's value is flagged (``classic_valid`` false), by accountant."""
+FLAGGED_REASON = "flagged, not a guaranteed bound (outside the formula's validity range)"
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in dict.fromkeys(parts) if p)
+
+
+def explained(result: "AccountantResult", delta_total: float | None = None) -> "AccountantResult":
+    """``result`` with a reason for every 0 and every +inf it states (the issue's rule: no bare
+    0 or +inf). A per-round 0 adds :data:`ZERO_REASON` to ``reason`` (``defined`` is unchanged:
+    0 is a bound); a total of 0 adds it to ``total_reason``; a +inf total of finite rounds with
+    no reason of its own gets :data:`TOTAL_OUT_OF_RANGE`; a +inf total of rounds that are +inf
+    points at their ``reason``."""
+    import dataclasses
+    import math
+
+    rounds = result.epsilon_central_per_round + result.epsilon_local_per_round
+    reason, total = result.reason, result.total_reason
+    if not result.classic_valid:
+        reason = _join(reason, FLAGGED_REASONS.get(result.name, FLAGGED_REASON))
+    if any(e == 0.0 for e in rounds) or result.epsilon_central == 0.0:
+        reason = _join(reason, ZERO_REASON)
+    totals = (result.epsilon_central_total, result.epsilon_local_total)
+    if any(e == 0.0 for e in totals):
+        total = _join(total, "total " + ZERO_REASON)
+    if any(e == math.inf for e in totals) and not total:
+        if any(e == math.inf for e in rounds):
+            total = "total +inf: some round's epsilon is +inf (see reason)"
+            if not result.reason:
+                reason = _join(reason, "a round's epsilon is +inf: the accountant bounds no finite value there")
+        else:
+            total = TOTAL_OUT_OF_RANGE.format(delta=delta_total if delta_total is not None
+                                              else result.delta_central_total)
+    if reason == result.reason and total == result.total_reason:
+        return result
+    return dataclasses.replace(result, reason=reason, total_reason=total)
+
+
 # AccountantResult field -> the suffix of its flat summary key "{name}_{suffix}" (in column order).
 _SUMMARY_KEYS = (
     ("epsilon_local_max", "epsilon_local_max"),
@@ -52,6 +110,7 @@ _SUMMARY_KEYS = (
     ("reason", "reason"),
     ("classic_valid", "classic_valid"),
     ("total_reason", "total_reason"),
+    ("unit", "unit"),
 )
 
 
@@ -75,7 +134,9 @@ class AccountantResult:
         their validity range (always True for accountants without one).
     epsilon_central_per_round, epsilon_local_per_round : [T] per round (local: worst user).
     total_reason : why a total is +inf although every round's bound is finite (its fixed
-        per-round tails already reach the run's delta_total); '' otherwise.
+        per-round tails already reach the run's delta_total), or is 0; '' otherwise.
+    unit : what the epsilons protect (:data:`otafl.privacy.units.UNITS`): ``user`` (all of one
+        user's data) or ``record`` (one record, the local-steps accountants).
     """
 
     name: str
@@ -95,6 +156,7 @@ class AccountantResult:
     epsilon_central_per_round: tuple[float, ...]
     epsilon_local_per_round: tuple[float, ...]
     total_reason: str = ""
+    unit: str = "user"
 
     def summary_fields(self) -> dict:
         """The flat run-summary columns ``"{name}_{suffix}"`` (no per-round values)."""

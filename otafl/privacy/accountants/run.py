@@ -19,7 +19,13 @@ import torch
 from torch import Tensor
 
 from otafl.errors import OtaflInputError, check_range
-from otafl.privacy.accountants.base import REASON_NO_CENTRAL_NOISE, REASON_NO_LOCAL_NOISE, RoundBound, reason_text
+from otafl.privacy.accountants.base import (
+    REASON_BEYOND_RANGE,
+    REASON_NO_CENTRAL_NOISE,
+    REASON_NO_LOCAL_NOISE,
+    RoundBound,
+    reason_text,
+)
 from otafl.privacy.accountants.exact_run import (
     DEFAULT_RESOLUTION,
     Resolution,
@@ -28,7 +34,7 @@ from otafl.privacy.accountants.exact_run import (
     run_row_keys,
 )
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS, get_accountant
-from otafl.privacy.accountants.result import AccountantResult, PrivacyResult, unreachable_reason
+from otafl.privacy.accountants.result import AccountantResult, PrivacyResult, explained, unreachable_reason
 from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
@@ -209,7 +215,7 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
             epsilon_local_per_round=tuple(float(v) for v in bound.epsilon_local.tolist()),
             total_reason=total_reason,
         )
-    return PrivacyResult(results)
+    return PrivacyResult({name: explained(r, delta_target) for name, r in results.items()})
 
 
 def split_share(delta_prime, delta_target: float | None, rounds: int) -> float | None:
@@ -262,6 +268,8 @@ def _account_exact(facts: list[RoundFacts], x: dict, *, delta_l: float, delta_ta
         reason |= REASON_NO_CENTRAL_NOISE
     if bool((torch.isinf(eps_l) & no_local).any()):
         reason |= REASON_NO_LOCAL_NOISE
+    if bool((torch.isinf(eps_c) & ~no_central).any() | (torch.isinf(eps_l) & ~no_local).any()):
+        reason |= REASON_BEYOND_RANGE
     return AccountantResult(
         name="exact", epsilon_local_max=float(eps_l.max()), delta_local=float(delta_local.max()),
         epsilon_central=float(eps_c.max()), delta_central=float(delta_l),

@@ -45,12 +45,12 @@ from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import (
     REASON_NO_CENTRAL_NOISE,
     REASON_NO_LOCAL_NOISE,
+    REASON_NO_STEP_NOISE,
     RoundBound,
     prepare_round,
 )
 from otafl.privacy.analysis.concentration import binomial_lower_quantile, poisson_binomial_lower_quantile
 from otafl.privacy.analysis.steps import (
-    USER_SAMPLING,
     StepRound,
     check_composition,
     compose_epsilon,
@@ -59,7 +59,7 @@ from otafl.privacy.analysis.steps import (
 )
 from otafl.privacy.facts import RoundFacts
 
-__all__ = ["AUTO_COUNT_FAILURE", "CREDITS", "steps_round", "steps_sumdom_round", "steps_totals", "round_mechanisms", "facts_kwargs"]
+__all__ = ["AUTO_COUNT_FAILURE", "CREDITS", "check_user_sampling", "steps_round", "steps_sumdom_round", "steps_totals", "round_mechanisms", "facts_kwargs"]
 
 AUTO_COUNT_FAILURE = 1e-2
 """``delta_prime = "auto"``: the count quantile's failure probability is this times delta_l per round."""
@@ -106,7 +106,19 @@ def check_step_knobs(local_steps, step_noise, *, prefix: str = "") -> None:
                                   f"0 or [{MIN_STEP_NOISE:g}, 1e+30]")
 
 
-def _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, update_clip_failure,
+def check_user_sampling(user_sampling: str) -> None:
+    """Only the revealed reading of the user coin is sound at record level (a user's absence is
+    not its presence without the record: its other records move its update visibly;
+    docs/privacy/steps.md#steps-user-sampling)."""
+    if user_sampling == "hidden":
+        raise OtaflInputError("user_sampling = 'hidden' is refused: at record level a user's absence is visible "
+                              "(its other records move its update), so the coin cannot amplify; use 'revealed' "
+                              "(docs/privacy/steps.md#steps-user-sampling)")
+    if user_sampling != "revealed":
+        raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: revealed")
+
+
+def _check_steps(local_steps, record_sampling, step_noise, composition, update_clip_failure,
                  credit="last-step", co_user_noise=1.0, transmit_to_record=0.0):
     check_step_knobs(local_steps, step_noise)
     check_range("record_sampling", record_sampling, lo=0.0, hi=1.0, lo_open=True)
@@ -114,8 +126,6 @@ def _check_steps(local_steps, record_sampling, step_noise, composition, user_sam
         if local_steps != 1 or record_sampling != 1.0:
             raise OtaflInputError("local_steps and record_sampling need step_noise (the per-step noise multiplier)")
     check_composition(composition)
-    if user_sampling not in USER_SAMPLING:
-        raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
     check_range("update_clip_failure", update_clip_failure, lo=0.0, hi=1.0)
     if credit not in CREDITS:
         raise OtaflInputError(f"credit = {credit!r} is not one of: {', '.join(CREDITS)}")
@@ -123,8 +133,7 @@ def _check_steps(local_steps, record_sampling, step_noise, composition, user_sam
     check_range("transmit_to_record", transmit_to_record, lo=0.0, hi=math.inf, hi_open=True)
 
 
-def _epsilons(rate, noise, steps: int, q: float, delta, composition: str, user_sampling: str,
-              last=None) -> torch.Tensor:
+def _epsilons(rate, noise, steps: int, q: float, delta, composition: str, last=None) -> torch.Tensor:
     """eps at delta of STEPS(rate, q, noise, steps) per grid point ([B] tensors), the last
     step at noise multiplier ``last`` ([B]; None: ``noise``).
 
@@ -136,8 +145,6 @@ def _epsilons(rate, noise, steps: int, q: float, delta, composition: str, user_s
     if steps == 1 and last is not None:
         noise, last = last, None  # one step: it is the last
     if steps == 1 and composition == "pld":
-        if user_sampling == "hidden":
-            return subsampled_gaussian_epsilon(rate=rate * q, noise_multiplier=noise, delta=delta)
         # revealed: (p PLD_1 + (1 - p) identity) at delta is the step at delta / p
         target = torch.where(rate > 0, delta / rate.clamp(min=1e-300), torch.ones_like(delta))
         eps = subsampled_gaussian_epsilon(rate=torch.full_like(rate, q), noise_multiplier=noise,
@@ -146,7 +153,7 @@ def _epsilons(rate, noise, steps: int, q: float, delta, composition: str, user_s
     out = []
     lasts = [None] * rate.numel() if last is None else last.tolist()
     for p, z, zl, d in zip(rate.tolist(), noise.tolist(), lasts, delta.tolist()):
-        r = StepRound(_grid_up(p), q, z, steps, user_sampling, None if zl is None else _grid_down(zl, z))
+        r = StepRound(_grid_up(p), q, z, steps, None if zl is None else _grid_down(zl, z))
         out.append(round_epsilon(r, d, composition))
     return torch.tensor(out, dtype=torch.float64, device=rate.device)
 
@@ -210,7 +217,7 @@ def _last_noise(x, m, sigma, *, credit: str, co_user_noise: float, transmit_to_r
 
 def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivity, delta_l, delta_prime="auto",
                 users=None, dim=None, local_steps: int = 1, record_sampling: float = 1.0,
-                step_noise: float | None = None, composition: str = "pld", user_sampling: str = "revealed",
+                step_noise: float | None = None, composition: str = "pld",
                 update_clip_failure: float = 0.0, credit: str = "last-step", co_user_noise: float = 1.0,
                 transmit_to_record: float = 0.0) -> RoundBound:
     """One round of the ``steps`` accountant (docs/privacy/steps.md#steps), on a grid.
@@ -224,8 +231,6 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
         ``None``: the FedSGD reading (S = q = 1, sigma_k = sqrt(noise_var_k) / sensitivity).
     composition : ``pld`` | ``rdp`` | ``rdp-classic`` (how the S steps are composed and
         converted; docs/privacy/steps.md#steps).
-    user_sampling : ``revealed`` (default) | ``hidden``
-        (:mod:`otafl.privacy.analysis.steps`).
     update_clip_failure : probability that some transmitter's update clip binds this round
         (docs/model.md#local-steps); added to the central delta.
     credit : ``last-step`` (sound, ``steps``) | ``sum`` (sum-domination, ``steps-sumdom``,
@@ -245,7 +250,7 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     Local eps at delta_l of STEPS(1, q, sigma_min, S), delta_local = p_max delta_l (joint
     convexity: the user's own noise only, participation visible to the server).
     """
-    _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, update_clip_failure,
+    _check_steps(local_steps, record_sampling, step_noise, composition, update_clip_failure,
                  credit, co_user_noise, transmit_to_record)
     x, p_max, m, tail, sigma = _round_parts(participation_prob=participation_prob, noise_var=noise_var,
                                             alignment_gain=alignment_gain, n0=n0, sensitivity=sensitivity,
@@ -259,24 +264,20 @@ def steps_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
     d_l = torch.broadcast_to(x.delta_l, b)
     flat = lambda t: t.reshape(-1)  # noqa: E731
     eps_c = _epsilons(flat(p_max), flat(z_head), local_steps, record_sampling, flat(d_l), composition,
-                      user_sampling, last=flat(z_last)).reshape(b)
+                      last=flat(z_last)).reshape(b)
     active = (p_max > 0).to(torch.float64)
-    eps_l = _epsilons(flat(active), flat(sigma), local_steps, record_sampling, flat(d_l), composition,
-                      "revealed").reshape(b)
+    eps_l = _epsilons(flat(active), flat(sigma), local_steps, record_sampling, flat(d_l), composition).reshape(b)
     no_noise = (sigma == 0) & (p_max > 0)
-    reason = no_noise.long() * (REASON_NO_CENTRAL_NOISE | REASON_NO_LOCAL_NOISE)
+    # FedSGD's reading: its noise is the artificial noise; local steps: the step noise
+    why = (REASON_NO_CENTRAL_NOISE | REASON_NO_LOCAL_NOISE) if step_noise is None else REASON_NO_STEP_NOISE
+    reason = no_noise.long() * why
     grid = lambda t: torch.broadcast_to(t, b)  # noqa: E731
-    single = local_steps == 1 and user_sampling == "hidden"  # then a round is one sampled Gaussian (RDP view)
-    std_c = z_last * torch.broadcast_to(x.sensitivity, b)
     true = torch.ones((), dtype=torch.bool, device=dev)
     return RoundBound(
         epsilon_local=eps_l, delta_local=grid(p_max * x.delta_l),
         epsilon_central=eps_c, delta_central=(d_l + tail + update_clip_failure).clamp(max=1.0),
         users=grid(x.users), mean_participants=grid(x.mean_participants), delta_prime=tail, quantile=m,
-        central_noise_std=std_c if single else None,
-        central_sampling_rate=p_max * record_sampling if single else None,
-        local_noise_std=sigma * torch.broadcast_to(x.sensitivity, b) if single else None,
-        local_sampling_rate=torch.full(b, record_sampling, dtype=torch.float64, device=dev) if single else None,
+        central_noise_std=None, central_sampling_rate=None, local_noise_std=None, local_sampling_rate=None,
         sensitivity=grid(x.sensitivity), classic_valid=grid(true if credit == "last-step" else ~true),
         classic_valid_local=grid(true), reason=reason)
 
@@ -288,16 +289,15 @@ def steps_sumdom_round(**kwargs) -> RoundBound:
     return steps_round(**{**kwargs, "credit": "sum"})
 
 
-def _central_round(p: float, q: float, sigma: float, m: float, z_last: float, steps: int, user_sampling: str,
+def _central_round(p: float, q: float, sigma: float, m: float, z_last: float, steps: int,
                    credit: str) -> StepRound:
     """The round's central :class:`StepRound`: S - 1 steps at sigma (``sum``: sigma sqrt(m)),
     the last at z_S rounded down to the grid; the user rate rounded up."""
     head = sigma * math.sqrt(m) if credit == "sum" else sigma
-    return StepRound(_grid_up(p), q, head, steps, user_sampling, _grid_down(z_last, head))
+    return StepRound(_grid_up(p), q, head, steps, _grid_down(z_last, head))
 
 
-def round_mechanisms(f: RoundFacts, *, delta_prime, delta_l: float, user_sampling: str = "revealed",
-                     credit: str = "last-step") -> tuple[StepRound | None, StepRound | None, float]:
+def round_mechanisms(f: RoundFacts, *, delta_prime, delta_l: float, credit: str = "last-step") -> tuple[StepRound | None, StepRound | None, float]:
     """The central and local :class:`StepRound` of one round's facts and the charged count tail.
 
     (None for a round in which nobody can take part.) Uses the same count quantile and
@@ -314,8 +314,8 @@ def round_mechanisms(f: RoundFacts, *, delta_prime, delta_l: float, user_samplin
                                transmit_to_record=kw["transmit_to_record"], step_noise=kw["step_noise"]))
     sigma, m = float(sigma_t), float(m_t)
     S, q = int(f.local_steps), float(f.record_sampling)
-    central = _central_round(p_max, q, sigma, m, z_last, S, user_sampling, credit)
-    local = StepRound(1.0, q, sigma, S, "revealed")
+    central = _central_round(p_max, q, sigma, m, z_last, S, credit)
+    local = StepRound(1.0, q, sigma, S)
     return central, local, float(tail_t)
 
 
@@ -332,7 +332,7 @@ def facts_kwargs(f: RoundFacts, *, delta_l: float, delta_prime) -> dict:
 
 def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, rounds: int, delta_prime="auto",
                  local_steps: int = 1, record_sampling: float = 1.0, step_noise: float | None = None,
-                 composition: str = "pld", user_sampling: str = "revealed", delta_target: float | None = None,
+                 composition: str = "pld", delta_target: float | None = None,
                  credit: str = "last-step") -> dict[str, torch.Tensor]:
     """Totals of T identical rounds on a uniform grid (``otafl bound --accountant steps --rounds T``).
 
@@ -346,7 +346,7 @@ def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, 
     ``epsilon_local_total``, ``delta_local_total`` (at ``delta_target``, or delta_l).
     """
     check_range("rounds", rounds, lo=1)
-    _check_steps(local_steps, record_sampling, step_noise, composition, user_sampling, 0.0, credit)
+    _check_steps(local_steps, record_sampling, step_noise, composition, 0.0, credit)
     x, p_max, m, tail, sigma = _round_parts(participation_prob=participation_prob, noise_var=noise_var,
                                             alignment_gain=1.0, n0=0.0, sensitivity=sensitivity, delta_l=delta_l,
                                             delta_prime=delta_prime, users=users, dim=None, step_noise=step_noise)
@@ -359,8 +359,8 @@ def steps_totals(*, participation_prob, users, noise_var, sensitivity, delta_l, 
         charged = rounds * tl
         delta_dp = dl if delta_target is None else delta_target - charged
         d_loc = dl if delta_target is None else delta_target
-        central = _central_round(p, record_sampling, sg, mm, sg * math.sqrt(mm), local_steps, user_sampling, credit)
-        local = StepRound(1.0 if p > 0 else 0.0, record_sampling, sg, local_steps, "revealed")
+        central = _central_round(p, record_sampling, sg, mm, sg * math.sqrt(mm), local_steps, credit)
+        local = StepRound(1.0 if p > 0 else 0.0, record_sampling, sg, local_steps)
         out["epsilon_central_total"].append(compose_epsilon([(central, rounds)], delta=delta_dp,
                                                             composition=composition) if delta_dp > 0 else math.inf)
         out["delta_central_total"].append(min(1.0, delta_dp + charged) if delta_target is None else delta_target)

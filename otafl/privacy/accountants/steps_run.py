@@ -19,13 +19,14 @@ from otafl.privacy.accountants.base import reason_text
 from otafl.privacy.accountants.result import AccountantResult, unreachable_reason
 from otafl.privacy.accountants.steps import facts_kwargs, round_mechanisms, steps_round
 from otafl.privacy.analysis.steps import StepRound, check_composition, compose_epsilon, composition_used
+from otafl.privacy.units import unit_of
 from otafl.privacy.facts import RoundFacts
 
 __all__ = ["account_steps"]
 
 
 def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="auto", composition: str = "pld",
-                  user_sampling: str = "revealed", delta_target: float | None = None,
+                  delta_target: float | None = None,
                   credit: str = "last-step") -> AccountantResult:
     """The ``steps`` accountant over a run, as an :class:`~otafl.privacy.accountants.run.AccountantResult`.
 
@@ -51,13 +52,13 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     charged = 0.0
     for f in facts:
         b = steps_round(**facts_kwargs(f, delta_l=delta_l, delta_prime=delta_prime), composition=composition,
-                        user_sampling=user_sampling, credit=credit)
+                        credit=credit)
         eps_c.append(float(b.epsilon_central))
         eps_l.append(float(b.epsilon_local))
         d_c.append(float(b.delta_central))
         d_l_round.append(float(b.delta_local))
         reason |= int(b.reason)
-        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l, user_sampling=user_sampling,
+        rc, rl, tail = round_mechanisms(f, delta_prime=delta_prime, delta_l=delta_l,
                                         credit=credit)
         charged += tail + float(f.update_clip_failure)
         if rc is not None:
@@ -76,8 +77,9 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
     total_c = compose_epsilon(sorted(central.items()), delta=delta_dp, composition=composition) if delta_dp > 0 \
         else math.inf
     total_l = compose_epsilon(sorted(local.items()), delta=delta_local, composition=composition)
+    name = "steps" if credit == "last-step" else "steps-sumdom"
     return AccountantResult(
-        name="steps" if credit == "last-step" else "steps-sumdom",
+        name=name,
         epsilon_local_max=max(eps_l), delta_local=max(d_l_round),
         epsilon_central=max(eps_c), delta_central=max(d_c),
         epsilon_local_total=total_l, delta_local_total=delta_local if local else 0.0,
@@ -86,6 +88,7 @@ def account_steps(facts: Sequence[RoundFacts], *, delta_l: float, delta_prime="a
         composition_central=composition_used(sorted(central.items()), composition) if delta_dp > 0 else composition,
         composition_local=composition_used(sorted(local.items()), composition),  # rdp where pld fell back
         defined=reason == 0, reason=reason_text(reason), classic_valid=credit == "last-step",
-        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l), total_reason=total_reason)
+        epsilon_central_per_round=tuple(eps_c), epsilon_local_per_round=tuple(eps_l), total_reason=total_reason,
+        unit=unit_of(name, local_steps=any(f.step_noise is not None for f in facts)))
 
 

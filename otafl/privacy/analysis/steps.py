@@ -14,17 +14,15 @@ of PoissonSampled(q, Gaussian(z_S)), z_S >= z (``StepRound.last_noise``; the acc
     STEPS(p, q, z, S, z_S) = with probability p: S - 1 steps of PoissonSampled(q, Gaussian(z))
                              and one of PoissonSampled(q, Gaussian(z_S)), otherwise: nothing,
 
-under add/remove adjacency with unit sensitivity. Two readings of the user coin:
-
-- ``revealed`` (default): the adversary may learn whether user k took part (over the air
-  its own noise adds to the aggregate's variance, which a high-dimensional output shows;
-  docs/privacy/exact.md#exact). The round's pair is the mixture with the branch revealed,
-  delta(eps) = p delta_S(eps) (joint convexity); over T rounds the number of rounds the
-  user takes part is binomial, which the composition of the mixtures accounts exactly.
-- ``hidden``: the coin is not observable (the fixed-noise assumption of ``paper`` and
-  ``tight``), and the round is p-subsampled in the usual sense: for S = 1 the record is
-  used with probability p q, for S > 1 the profiles transform exactly
-  (:func:`hidden_round_pld`).
+under add/remove adjacency with unit sensitivity. The user coin is revealed: the adversary
+may learn whether user k took part (over the air its own noise adds to the aggregate's
+variance, which a high-dimensional output shows, docs/privacy/exact.md#exact; and the user's
+other records move its update whether or not the target record is in it). The round's pair
+is the mixture with the branch revealed, delta(eps) = p delta_S(eps) (joint convexity); over
+T rounds the number of rounds the user takes part is binomial, which the composition of the
+mixtures accounts exactly. (Reading the coin as hidden, p-subsampling the record, is not
+sound at record level: "user absent" is not "user present, record absent";
+docs/privacy/steps.md#steps-user-sampling.)
 
 Compositions (:data:`COMPOSITIONS`): ``pld`` (dp_accounting privacy-loss distributions,
 pessimistic), ``rdp`` (Renyi DP, improved conversion of Balle et al. 2020 via
@@ -46,17 +44,15 @@ import numpy as np
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.analysis.pld import pld_fits, take_notes  # noqa: F401 - take_notes re-exported
-from otafl.privacy.names import COMPOSITIONS, USER_SAMPLING
+from otafl.privacy.names import COMPOSITIONS
 
 __all__ = [
     "COMPOSITIONS",
     "composition_used",
-    "USER_SAMPLING",
     "PLD_DISCRETIZATION",
     "take_notes",
     "StepRound",
     "round_pld",
-    "hidden_round_pld",
     "round_rdp",
     "rdp_orders",
     "rdp_to_epsilon",
@@ -65,19 +61,11 @@ __all__ = [
     "subsampled_gaussian_epsilon",
 ]
 
-# COMPOSITIONS (how rounds and steps are composed and turned into (eps, delta)) and USER_SAMPLING
-# (whether the adversary may see the record's user take part, module docstring): otafl.privacy.names,
+# COMPOSITIONS (how rounds and steps are composed and turned into (eps, delta)): otafl.privacy.names,
 # torch-free, so that the CLI offers them without loading this module.
 
 PLD_DISCRETIZATION = 1e-4
 """Loss discretisation of every PLD (dp_accounting's default, PLDAccountant's too)."""
-
-RDP_INTEGER_ORDERS: tuple[int, ...] = (*range(2, 65), 80, 96, 128, 256)
-"""Integer Renyi orders, used when a hidden-coin round with S > 1 needs the binomial expansion."""
-
-PROFILE_FLOOR = 1e-14
-
-"""Hidden-coin PLDs stop at the eps where both profiles are below this (the rest is +inf mass)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -89,7 +77,6 @@ class StepRound:
     noise_multiplier : z >= 0, std of the step's (summed) noise over the sensitivity; 0: no
         noise (eps = +inf), +inf: no leakage.
     steps : S >= 1 steps per round.
-    user_sampling : ``revealed`` or ``hidden`` (module docstring).
     last_noise : z_S >= noise_multiplier, the noise multiplier of the round's last step
         (the first S - 1 steps have ``noise_multiplier``); ``None``: the same as the others.
         With S = 1 the one step is the last: it is normalised to ``noise_multiplier`` =
@@ -100,7 +87,6 @@ class StepRound:
     record_rate: float
     noise_multiplier: float
     steps: int = 1
-    user_sampling: str = "revealed"
     last_noise: float | None = None
 
     def __post_init__(self):
@@ -109,8 +95,6 @@ class StepRound:
         check_range("noise_multiplier", self.noise_multiplier, lo=0.0)
         if int(self.steps) != self.steps or self.steps < 1:
             raise OtaflInputError(f"local_steps = {self.steps!r} is outside the allowed range (integers >= 1)")
-        if self.user_sampling not in USER_SAMPLING:
-            raise OtaflInputError(f"user_sampling = {self.user_sampling!r} is not one of: {', '.join(USER_SAMPLING)}")
         if self.last_noise is not None:
             check_range("last_noise", self.last_noise, lo=self.noise_multiplier)
             if self.steps == 1:
@@ -190,112 +174,29 @@ def _identity_pld():
 
 @functools.lru_cache(maxsize=128)
 def round_pld(r: StepRound):
-    """The privacy-loss distribution of one round (``None`` when the round leaks nothing).
-
-    ``revealed``: the mixture p PLD_S + (1 - p) identity (dp_accounting's
-    ``compute_mixture``: the pair with the branch revealed). ``hidden``: for S = 1 the
-    record is used with probability p q (dp_accounting's subsampled Gaussian); for S > 1
-    :func:`hidden_round_pld`. Raises for a round without noise (check ``r.open`` first).
+    """The privacy-loss distribution of one round (``None`` when the round leaks nothing):
+    the mixture p PLD_S + (1 - p) identity (dp_accounting's ``compute_mixture``: the pair with
+    the user's branch revealed). Raises for a round without noise (check ``r.open`` first).
     """
     if r.silent:
         return None
     if r.open:
         raise OtaflInputError("a round without noise has no privacy-loss distribution (eps = +inf)")
-    if r.user_sampling == "hidden":
-        if r.steps == 1 or r.user_rate == 1.0:
-            return _inner_pld(r.user_rate * r.record_rate if r.steps == 1 else r.record_rate,
-                              r.noise_multiplier, r.steps, r.last_noise)
-        return hidden_round_pld(r)
     inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps, r.last_noise)
     if r.user_rate == 1.0:
         return inner
     return inner.compute_mixture(_identity_pld(), r.user_rate)
 
 
-def _profile(pmf, eps: np.ndarray) -> np.ndarray:
-    """delta(eps) of one direction of a dp_accounting PLD at sorted eps, vectorised.
-
-    delta(eps) = inf_mass + sum_{l_j > eps} w_j (1 - e^(eps - l_j)) over the dense PMF's
-    losses l_j and masses w_j, from suffix sums (dp_accounting's own vectorised version
-    does the same sums in a Python loop)."""
-    from otafl.privacy.analysis.pld import dense_arrays
-
-    losses, probs, inf_mass = dense_arrays(pmf)
-    upper = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
-    lower = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
-    idx = np.searchsorted(losses, eps, side="right")
-    out = inf_mass + upper[idx] - np.exp(eps) * lower[idx]
-    return np.clip(out, 0.0, 1.0)
-
-
-def hidden_round_pld(r: StepRound):
-    r"""PLD of the p-subsampled S-step round (user coin hidden), both directions exactly.
-
-    With A the S-step pair's "record present" law and B its "record absent" law (inner
-    PLD, dp_accounting), the round's laws are A' = (1 - p) B + p A and B. For gamma = e^eps:
-
-        remove: H_gamma(A' || B) = p H_{gamma'}(A || B),     gamma' = 1 + (gamma - 1) / p,
-        add:    H_gamma(B || A') = (1 - gamma (1 - p))_+ H_{gamma''}(B || A),
-                gamma'' = gamma p / (1 - gamma (1 - p)),
-
-    (exact identities for every pair A, B). For eps < 0 each direction follows from the
-    other, H_gamma(P || Q) = 1 - gamma + gamma H_{1/gamma}(Q || P). The profiles are
-    evaluated on the PLD's grid eps_i = i * PLD_DISCRETIZATION up to where both fall below
-    :data:`PROFILE_FLOOR` (the rest becomes the +inf mass), replaced by their greatest
-    convex minorant in e^eps, and turned into pessimistic connect-the-dots PMFs
-    (Doroshenko et al. 2022). Since the inner PLD is pessimistic and the identities are
-    monotone in the inner profiles, the result dominates the round.
-    """
-    from dp_accounting.pld import pld_pmf
-
-    from otafl.privacy.analysis.pld import lower_convex_envelope
-
-    inner = _inner_pld(r.record_rate, r.noise_multiplier, r.steps, r.last_noise)
-    inner_remove, inner_add = inner._pmf_remove, inner._pmf_add  # noqa: SLF001 (no public accessor)
-    p, gap = r.user_rate, PLD_DISCRETIZATION
-
-    def remove(eps):
-        return p * _profile(inner_remove, np.log1p(np.expm1(eps) / p))
-
-    def add(eps):
-        scale = 1.0 - np.exp(eps) * (1.0 - p)
-        out = np.zeros_like(eps)
-        ok = scale > 0
-        out[ok] = scale[ok] * _profile(inner_add, np.log(np.exp(eps[ok]) * p / scale[ok]))
-        return out
-
-    hi = 1.0  # the first power-of-two eps at which both profiles are below the floor
-    while max(remove(np.array([hi]))[0], add(np.array([hi]))[0]) > PROFILE_FLOOR:
-        hi *= 2.0
-        if hi > 1e4:
-            raise OtaflInputError(f"{r}: the round's profile does not decay (noise too small to account)")
-    n = int(math.ceil(hi / gap))
-    eps = gap * np.arange(n + 1, dtype=np.float64)
-    pos = {"remove": remove(eps), "add": add(eps)}
-    pmfs = {}
-    for name, other in (("remove", "add"), ("add", "remove")):
-        neg = 1.0 - np.exp(-eps[1:]) + np.exp(-eps[1:]) * pos[other][1:]  # delta(-eps_i) from the other side
-        deltas = np.concatenate([neg[::-1], pos[name]])
-        deltas = np.minimum.accumulate(np.clip(deltas, 0.0, 1.0))
-        grid = np.concatenate([-eps[1:][::-1], eps])
-        x = np.exp(grid)
-        slopes = np.diff(deltas) / np.diff(x)
-        if np.any(np.diff(slopes) < -1e-6 * np.abs(slopes[1:])):  # not convex beyond round-off: take the minorant
-            deltas = np.minimum(lower_convex_envelope(x, deltas), 1.0)
-        pmfs[name] = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -n, n, deltas)
-    return _pld_module().PrivacyLossDistribution(pmfs["remove"], pmfs["add"])
-
-
 # --------------------------------------------------------------------------- RDP
 
 
 def rdp_orders(rounds: Sequence[StepRound]) -> tuple[float, ...]:
-    """dp_accounting's default orders, or integer orders when a hidden-coin round with S > 1
-    and p < 1 needs the binomial expansion (:func:`round_rdp`)."""
+    """dp_accounting's default Renyi orders (the same for every round)."""
     from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 
-    nested = any(r.user_sampling == "hidden" and r.steps > 1 and 0.0 < r.user_rate < 1.0 for r in rounds)
-    return tuple(float(a) for a in RDP_INTEGER_ORDERS) if nested else tuple(float(a) for a in DEFAULT_RDP_ORDERS)
+    del rounds
+    return tuple(float(a) for a in DEFAULT_RDP_ORDERS)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -318,54 +219,27 @@ def _rdp_steps(q: float, r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
     return np.zeros(len(orders)) + head + last
 
 
-def _log_binom(n: int, k: np.ndarray) -> np.ndarray:
-    from scipy.special import gammaln
-
-    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
-
-
 @functools.lru_cache(maxsize=512)
 def round_rdp(r: StepRound, orders: tuple[float, ...]) -> np.ndarray:
-    r"""RDP of one round at ``orders`` (read-only array; +inf for a round without noise).
+    r"""RDP of one round at ``orders`` (read-only array; +inf for a round without noise): the
+    revealed mixture, both directions,
 
-    - ``revealed``: exp((a - 1) RDP_a) = (1 - p) + p exp((a - 1) rdp_S(a)) (the revealed
-      mixture, both directions), rdp_S = (S - 1) rdp_1(z) + rdp_1(z_S) the S steps;
-    - ``hidden``, S = 1: one PoissonSampled(p q, Gaussian(z)) step; p = 1: S steps;
-    - ``hidden``, S > 1, p < 1 (integer orders only): the remove direction exactly,
+        exp((a - 1) RDP_a) = (1 - p) + p exp((a - 1) rdp_S(a)),
 
-          exp((a - 1) RDP_a) = sum_j C(a, j) (1 - p)^(a - j) p^j exp((j - 1) rdp_S(j)),
-
-      (binomial expansion of E_B[(1 - p + p prod_s L_s)^a], E_B[L^j] = exp((j - 1) rdp_1(j))).
-      The add direction is taken to be no larger, as Mironov, Talwar & Zhang (2019, Thm. 5)
-      prove for S = 1; for S > 1 this is checked numerically (tests), not proven.
-
-    rdp_1 is one PoissonSampled(q, Gaussian(z)) step (dp_accounting).
+    with rdp_S = (S - 1) rdp_1(z) + rdp_1(z_S) the S steps and rdp_1 one PoissonSampled(q,
+    Gaussian(z)) step (dp_accounting).
     """
     a = np.asarray(orders, dtype=np.float64)
     if r.silent:
         return np.zeros_like(a)
     if r.open:
         return np.full_like(a, np.inf)
-    p, q, S = r.user_rate, r.record_rate, r.steps
-    if r.user_sampling == "hidden" and (S == 1 or p == 1.0):
-        return _rdp_steps(p * q if S == 1 else q, r, tuple(orders))
-    if r.user_sampling == "revealed":
-        inner = _rdp_steps(q, r, tuple(orders))
-        if p == 1.0:
-            return inner
-        with np.errstate(over="ignore"):
-            return np.logaddexp(math.log1p(-p), math.log(p) + (a - 1.0) * inner) / (a - 1.0)
-    if not np.all(a == np.round(a)):
-        raise OtaflInputError("the hidden-coin RDP of S > 1 steps needs integer orders")
-    top = int(a.max())
-    steps = _rdp_steps(q, r, tuple(float(j) for j in range(2, top + 1)))  # rdp_S(j), j = 2..top
-    log_moment = np.concatenate([[0.0, 0.0], (np.arange(2, top + 1) - 1.0) * steps])  # (j - 1) rdp_S(j)
-    out = np.empty_like(a)
-    for i, alpha in enumerate(a.astype(int)):
-        j = np.arange(alpha + 1)
-        terms = _log_binom(alpha, j) + (alpha - j) * math.log1p(-p) + j * math.log(p) + log_moment[:alpha + 1]
-        out[i] = np.logaddexp.reduce(terms) / (alpha - 1.0)
-    return out
+    p = r.user_rate
+    inner = _rdp_steps(r.record_rate, r, tuple(orders))
+    if p == 1.0:
+        return inner
+    with np.errstate(over="ignore"):
+        return np.logaddexp(math.log1p(-p), math.log(p) + (a - 1.0) * inner) / (a - 1.0)
 
 
 def rdp_to_epsilon(rdp: np.ndarray, orders: Sequence[float], delta: float, *, classic: bool) -> float:
@@ -445,11 +319,11 @@ def subsampled_gaussian_epsilon(*, rate, noise_multiplier, delta, iterations: in
     r"""Exact eps(delta) of one PoissonSampled(rate, Gaussian(z)) step, batched (torch float64).
 
     The step's profile in both directions from the Gaussian's G(eps) (Balle & Wang 2018,
-    unit sensitivity; its pair is symmetric) through the identities of
-    :func:`hidden_round_pld` with p = rate:
+    unit sensitivity; its pair is symmetric) through the exact identities of a subsampled
+    pair A' = (1 - rate) B + rate A against B, for every pair (A, B) and gamma = e^eps:
 
-        remove: rate G(log(1 + (e^eps - 1) / rate)),
-        add:    (1 - e^eps (1 - rate))_+ G(log(e^eps rate / (1 - e^eps (1 - rate)))),
+        remove: H_gamma(A' || B) = rate G(log(1 + (e^eps - 1) / rate)),
+        add:    H_gamma(B || A') = (1 - e^eps (1 - rate))_+ G(log(e^eps rate / (1 - e^eps (1 - rate)))),
 
     and eps(delta) is the smallest eps >= 0 where both are <= delta, by bisection on
     [0, eps_G(delta)] (the unsampled Gaussian's eps bounds it). No discretisation: this is

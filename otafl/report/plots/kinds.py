@@ -20,6 +20,7 @@ from otafl.report.plots.common import (Curve, center_suptitle, curve_colors, dra
                                        split_facets, std)
 from otafl.report.table import RunGroup, fmt_value, validity_of
 from otafl.sweep.store import ResultStore
+from otafl.privacy.units import UNIT_LABELS, unit_of
 
 __all__ = ["ACCOUNTANT_STYLE", "accuracy_figure", "epsilon_label", "grid", "privacy_figure", "tradeoff_figure"]
 
@@ -43,16 +44,37 @@ def rounds_of(groups: Sequence[RunGroup]) -> str:
     return "/".join(map(str, ts)) or "?"
 
 
-def epsilon_label(side: str, epsilon: str, groups: Sequence[RunGroup], accountants: Sequence[str] = ()) -> str:
+def epsilon_label(side: str, epsilon: str, groups: Sequence[RunGroup], accountants: Sequence[str] = (),
+                  with_unit: bool = True) -> str:
     """Axis label: ``central ε per round (worst round)`` / ``central ε total over T = 80 rounds``,
-    naming the accountant(s) when given."""
+    naming the accountant(s) when given, and the privacy unit (``with_unit``; else the caller
+    names it, e.g. in the figure's title)."""
     who = "central ε" if side == "central" else "local ε (worst user)"
     acc = f"; {', '.join(accountants)}" if accountants else ""
+    unit = unit_label(groups, accountants) if with_unit else ""
     if epsilon == "round":  # with accountants (tradeoff: no legend names them) the per-round delta too
         return f"{who} per round (worst round{acc})" + (_delta_of(groups, side, accountants, total=False)
-                                                         if accountants else "")
+                                                         if accountants else "") + unit
     return f"{who} total over T = {rounds_of(groups)} rounds" + (f" ({acc[2:]})" if acc else "") + \
-        _delta_of(groups, side, accountants)
+        _delta_of(groups, side, accountants) + unit
+
+
+def unit_label(groups: Sequence[RunGroup], accountants: Sequence[str] = ()) -> str:
+    """``, user level`` (or ``record level``) for the plotted accountants' privacy unit, read from
+    the runs' ``{acc}_unit`` (older stores: ``record`` for ``steps`` on local-steps runs);
+    ``, user and record level (mixed units)`` where they differ."""
+    units = set()
+    for g in groups:
+        for r in g.runs:
+            names = accountants or [k[:-len("_epsilon_central")] for k in r.summary if k.endswith("_epsilon_central")]
+            for a in names:
+                if f"{a}_epsilon_central" in r.summary:
+                    units.add(r.summary.get(f"{a}_unit")
+                              or unit_of(a, local_steps=r.summary.get("algorithm", "fedsgd") != "fedsgd"))
+    if not units:
+        return ""
+    labels = [UNIT_LABELS.get(u, u) for u in sorted(units, key=lambda u: u != "user")]
+    return ", " + " and ".join(labels) + (" (mixed units)" if len(units) > 1 else "")
 
 
 def _delta_of(groups: Sequence[RunGroup], side: str, accountants: Sequence[str] = (), total: bool = True) -> str:
@@ -208,12 +230,13 @@ def privacy_figure(fig: Figure, store: ResultStore, groups: list[RunGroup], *, a
                 ax.axhline(e, color=color, linestyle=":", linewidth=1.8, label=label)
             _log_if_wide(ax, values, "y")
             ax.set_xlabel("sampling probability p")
-            ax.set_ylabel(epsilon_label(side, epsilon, groups))
+            ax.set_ylabel(epsilon_label(side, epsilon, groups, with_unit=False))
             where = facet_title(facet, value)
             ax.set_title(("Central DP" if side == "central" else "Local DP") + (f", {where}" if where else ""),
                          fontsize=13)
     what = "per round" if epsilon == "round" else "total"
-    fig.suptitle(f"Privacy leakage ({what}) vs p ({seeds_phrase(groups, spread='mean', none='no average')})")
+    fig.suptitle(f"Privacy leakage ({what}{unit_label(groups)}) vs p "
+                 f"({seeds_phrase(groups, spread='mean', none='no average')})")
     figure_legend(fig, invalid=any_invalid)
 
 
