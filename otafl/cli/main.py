@@ -76,9 +76,11 @@ THREADS_META = "otafl.threads"
 def _with_threads(callback):
     """A command's callback that first gives torch the group's ``--threads``.
 
-    Click runs the group's callback before it parses the command's options, so torch is
-    imported here, once they parsed: ``--help``, ``--version`` and a bad option never load it
-    (tests/test_cli_startup.py)."""
+    Click runs the group's callback before it parses the command's options, so the count is
+    given here, once they parsed, and without importing torch: through ``$OTAFL_THREADS``, which
+    :func:`otafl.device.default_threads` reads when a command first uses torch (so ``--help``,
+    ``--version``, a bad option and an input error found before any computation never load it;
+    tests/test_cli_startup.py), or directly where torch is already loaded."""
     import functools
 
     @functools.wraps(callback)
@@ -86,12 +88,18 @@ def _with_threads(callback):
         ctx = click.get_current_context(silent=True)
         threads = ctx.meta.get(THREADS_META) if ctx is not None else None
         if threads is not None:
-            import torch
+            import os
+            import sys
 
-            from otafl.device import threads_chosen
+            if "torch" in sys.modules:  # already loaded (a caller's process, CliRunner): set it now
+                import torch
 
-            torch.set_num_threads(threads)
-            threads_chosen()
+                from otafl.device import threads_chosen
+
+                torch.set_num_threads(threads)
+                threads_chosen()
+            else:  # read by otafl.device.default_threads when the command first needs torch
+                os.environ[THREADS_ENV] = str(threads)
         return callback(*args, **kwargs)
 
     return run
