@@ -25,6 +25,7 @@ from otafl.privacy.accountants import (
     reason_text,
     tight_round,
 )
+from otafl.privacy.accountants.result import FLAGGED_REASONS
 from otafl.privacy.facts import RoundFacts
 from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
 
@@ -248,7 +249,9 @@ def test_account_run_summary_fields_and_json():
         assert out[f"{a}_epsilon_central"] == max(per_round)
         assert out[f"{a}_epsilon_local_max"] == max(result[a].epsilon_local_per_round)
         assert out[f"{a}_composition"] in ("basic", "advanced", "rdp", "pld")
-        assert out[f"{a}_defined"] is True and out[f"{a}_reason"] == ""
+        # paper is flagged here (classic step outside its range / LDP amplified by p < 1): its reason says so
+        flagged = FLAGGED_REASONS[a] if a in FLAGGED_REASONS else ""
+        assert out[f"{a}_defined"] is True and out[f"{a}_reason"] == flagged
         # A total over 6 rounds is at least the worst round and at most basic composition.
         assert out[f"{a}_epsilon_central"] <= out[f"{a}_epsilon_central_total"] <= sum(per_round) * (1 + 1e-12)
         assert out[f"{a}_delta_central_total"] >= out[f"{a}_delta_central"]
