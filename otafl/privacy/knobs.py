@@ -1,4 +1,4 @@
-"""Range checks of the local-steps knobs, torch-free so that spec validation
+"""Range checks of the local-steps knobs and the user-sampling reading, torch-free so that spec validation
 (:mod:`otafl.validation`) runs before the accountants load; :mod:`otafl.privacy.accountants.steps`
 re-exports them."""
 
@@ -25,3 +25,15 @@ def check_step_knobs(local_steps, step_noise, *, prefix: str = "") -> None:
         if not (z == 0.0 or MIN_STEP_NOISE <= z <= 1e30):
             raise OtaflInputError(f"{prefix and 'transmit.'}step_noise = {step_noise!r} is outside the allowed range "
                                   f"0 or [{MIN_STEP_NOISE:g}, 1e+30]")
+
+
+def check_user_sampling(user_sampling: str) -> None:
+    """Only the revealed reading of the user coin is sound at record level (a user's absence is
+    not its presence without the record: its other records move its update visibly;
+    docs/privacy/steps.md#steps-user-sampling)."""
+    if user_sampling == "hidden":
+        raise OtaflInputError("user_sampling = 'hidden' is refused: at record level a user's absence is visible "
+                              "(its other records move its update), so the coin cannot amplify; use 'revealed' "
+                              "(docs/privacy/steps.md#steps-user-sampling)")
+    if user_sampling != "revealed":
+        raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: revealed")

@@ -85,19 +85,8 @@ def _grid_down(z: float, floor: float) -> float:
     return max(floor, math.exp(math.floor(math.log(z) / step + 1e-9) * step))
 
 
-from otafl.privacy.knobs import MAX_LOCAL_STEPS, MIN_STEP_NOISE, check_step_knobs  # noqa: E402,F401 (torch-free)
-
-
-def check_user_sampling(user_sampling: str) -> None:
-    """Only the revealed reading of the user coin is sound at record level (a user's absence is
-    not its presence without the record: its other records move its update visibly;
-    docs/privacy/steps.md#steps-user-sampling)."""
-    if user_sampling == "hidden":
-        raise OtaflInputError("user_sampling = 'hidden' is refused: at record level a user's absence is visible "
-                              "(its other records move its update), so the coin cannot amplify; use 'revealed' "
-                              "(docs/privacy/steps.md#steps-user-sampling)")
-    if user_sampling != "revealed":
-        raise OtaflInputError(f"user_sampling = {user_sampling!r} is not one of: revealed")
+from otafl.privacy.knobs import (  # noqa: E402,F401 (torch-free, for spec validation and the CLI)
+    MAX_LOCAL_STEPS, MIN_STEP_NOISE, check_step_knobs, check_user_sampling)
 
 
 def _check_steps(local_steps, record_sampling, step_noise, composition, update_clip_failure,
