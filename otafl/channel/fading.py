@@ -17,7 +17,7 @@ The line-of-sight phase is fixed at zero (it does not change |.|, only which r's
 This module only *generates* the channel; :mod:`otafl.channel.mac` applies it (the split of
 Sionna's ``flat_fading_channel.py``), so tests and power control can reuse a fixed h.
 Rayleigh and static channels are thin subclasses with one parameter pinned; a new model is
-one new class plus one line in :data:`FADING_MODELS`.
+one new class plus one line in :data:`FADING_MODELS` (in :mod:`otafl.names`, torch-free).
 """
 
 from __future__ import annotations
