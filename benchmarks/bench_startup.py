@@ -1,7 +1,8 @@
 """How long ``otafl`` takes to answer before it does any work: ``--version``, ``--help``, a
-command's ``--help`` and a misspelt option (one-line error, exit 2), side by side with
-``python -c pass`` (the interpreter alone) and ``python -c "import torch"`` (what every
-command paid before the heavy imports moved after parsing).
+command's ``--help``, a misspelt option, a bad option value and a bad spec value (one-line
+errors, exit 2, found before torch loads), side by side with ``python -c pass`` (the
+interpreter alone) and ``python -c "import torch"`` (what every command paid before the heavy
+imports moved after parsing and the checks).
 
     python benchmarks/bench_startup.py            # table of medians
     python benchmarks/bench_startup.py --json     # one JSON object
@@ -24,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def commands() -> dict[str, list[str]]:
     exe = Path(sys.executable)
@@ -36,6 +39,9 @@ def commands() -> dict[str, list[str]]:
         "help": base + ["--help"],
         "bound_help": base + ["bound", "--help"],
         "bad_option": base + ["bound", "--accountant", "nope"],
+        "bad_value": base + ["bound", "--p", "2"],  # the grid checks (otafl/api/checks.py), before torch
+        "bad_spec_value": base + ["run", str(ROOT / "experiments" / "quickstart.toml"), "--set", "sampling.p=2",
+                                  "--out", os.devnull],  # spec validation (otafl/validation.py), before torch
     }
 
 
@@ -55,7 +61,7 @@ def main(argv=None) -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     out = {f"median_s_{k}": round(v, 4) for k, v in med.items()}
     out.update({f"ratio_{k}_vs_import_torch": round(med[k] / med["import_torch"], 3)
-                for k in ("version", "help", "bound_help", "bad_option")})
+                for k in ("version", "help", "bound_help", "bad_option", "bad_value", "bad_spec_value")})
     out["repeats"] = args.repeats
     if args.json:
         print(json.dumps(out))

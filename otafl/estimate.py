@@ -76,4 +76,4 @@ def estimate_unknown(aligned: Tensor, mu: float, participants: int | None = None
 
 #: Estimators by name, one signature: ``fn(aligned, *, participants, mu) -> [d] | None``
 #: (None: skip the round's update). ``known`` uses |K_t|, ``unknown`` uses mu_t.
-ESTIMATORS: dict[str, Callable[..., Tensor | None]] = {"known": estimate_known, "unknown": estimate_unknown}
+from otafl.names import ESTIMATORS  # noqa: E402 (the names, torch-free; entries resolve here)

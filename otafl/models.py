@@ -64,10 +64,8 @@ def _two_layer(in_features: int, num_classes: int, hidden: int,
 
 
 #: Model registry: name -> builder(in_features, num_classes, hidden, generator) -> nn.Module.
-MODELS: dict[str, Callable[[int, int, int, torch.Generator], nn.Module]] = {
-    "single-layer": _single_layer,
-    "two-layer": _two_layer,
-}
+#: The names live in :mod:`otafl.names` (torch-free, for spec validation); entries resolve here.
+from otafl.names import MODELS  # noqa: E402
 
 
 def _positive_int(name: str, value) -> int:

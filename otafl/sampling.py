@@ -80,7 +80,7 @@ class UniformSampling:
 
 
 #: Schedules of :class:`TimeVaryingSampling`.
-SCHEDULES = ("constant", "linear", "exponential", "cosine", "list")
+from otafl.names import SCHEDULES  # noqa: E402 (the names, torch-free)
 
 
 @dataclass(frozen=True)
@@ -192,11 +192,8 @@ class ChannelAwareSampling:
 
 
 #: Sampling schemes by name.
-SAMPLING_SCHEMES: dict[str, type] = {
-    "uniform": UniformSampling,
-    "time-varying": TimeVaryingSampling,
-    "channel-aware": ChannelAwareSampling,
-}
+#: The names live in :mod:`otafl.names` (torch-free, for spec validation); entries resolve here.
+from otafl.names import SAMPLING_SCHEMES  # noqa: E402
 
 
 def make_sampling(name: str, **params) -> SamplingScheme:

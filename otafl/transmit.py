@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Policies for the alignment gain c_t (see :func:`alignment_gain`).
-ALIGNMENT_POLICIES = ("min", "truncate")
+from otafl.names import ALIGNMENT_POLICIES  # noqa: E402 (the names, torch-free)
 
 #: Noise variance used to turn an SNR into a power when the channel is noiseless (N0 = 0).
 REFERENCE_N0 = 1.0

@@ -35,19 +35,14 @@ def as_list(x) -> list:
 
 def registries() -> dict[str, Any]:
     """Every name a spec accepts, read from the registry that implements it: a name is
-    valid exactly when some module can build it. Imported here, not at module level, so that
-    reading a spec stays cheap and the registries' modules may import this one."""
-    from otafl.channel.fading import FADING_MODELS
-    from otafl.channel.orthogonal import ACCESS_SCHEMES
-    from otafl.data import DATASETS, SPLITS
-    from otafl.device import DEVICES
-    from otafl.estimate import ESTIMATORS
-    from otafl.fl.optim import OPTIMIZERS
+    valid exactly when some module can build it. The registries are torch-free (:mod:`otafl.names`,
+    :mod:`otafl.fl.strategies`, the accountants' registry), so a bad spec value is refused before
+    torch loads; imported here, not at module level, so that the registries' modules may import
+    this one."""
     from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, SUPERPOSITIONS, UPDATE_SCALINGS
-    from otafl.models import MODELS
-    from otafl.privacy.accountants import ACCOUNTANTS
-    from otafl.sampling import SAMPLING_SCHEMES, SCHEDULES
-    from otafl.transmit import ALIGNMENT_POLICIES
+    from otafl.names import (ACCESS_SCHEMES, ALIGNMENT_POLICIES, DATASETS, DEVICES, ESTIMATORS, FADING_MODELS,
+                             MODELS, OPTIMIZERS, SAMPLING_SCHEMES, SCHEDULES, SPLITS)
+    from otafl.privacy.accountants.registry import ACCOUNTANTS
 
     return {
         "data.name": DATASETS, "data.split": SPLITS, "model.name": MODELS, "channel.fading": FADING_MODELS,
@@ -65,7 +60,7 @@ def _validate_local_steps(spec: Spec, algorithms, scalings=None) -> None:
     _names("train.algorithm", tr.algorithm, algorithms)
     if scalings is not None:
         _names("transmit.update_scaling", tx.update_scaling, scalings)
-    from otafl.privacy.accountants.steps import check_step_knobs
+    from otafl.privacy.knobs import check_step_knobs
 
     check_step_knobs(tr.local_steps, tx.step_noise, prefix="spec")
     check_range("train.local_lr", tr.local_lr, 0, None, lo_open=True)
@@ -268,7 +263,7 @@ MAX_AUDIT_TRIALS = 10_000_000
 
 def validate_audit(spec: Spec, audit) -> None:
     """The ``[audit]`` section of ``otafl audit-run`` against its run spec (docs/privacy/auditing.md#auditing)."""
-    from otafl.fl.least_squares import CO_USERS
+    from otafl.privacy.names import CO_USERS
 
     _names("audit.co_users", audit.co_users, CO_USERS)
     _names("audit.scope", audit.scope, AUDIT_SCOPES)

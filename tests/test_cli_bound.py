@@ -252,8 +252,8 @@ def test_bound_table_shows_the_delta_and_flags_a_delta_above_one_over_k():
 
 
 def test_bound_totals_sit_at_delta_total_and_bad_values_are_one_line_errors():
-    out = strict_json(run("--p", "0.5", "--rounds", "10", "--accountant", "tight,exact,steps", "--delta-total",
-                          "1e-3", "--format", "json", "--device", "cpu").output)
+    out = strict_json(run("--p", "0.5", "--sigma2", "1", "--rounds", "10", "--accountant", "tight,exact,steps",
+                          "--delta-total", "1e-3", "--format", "json", "--device", "cpu").output)  # sigma2 1: steps' PLD small
     assert all(r["delta_central_total"] == 1e-3 and r["delta_local_total"] == 1e-3 for r in out["rows"])
     bad = run("--delta-total", "2", "--device", "cpu")
     assert bad.exit_code == 2 and bad.output.strip() == "error: delta_total = 2.0 is outside the allowed range (0, 1)"

@@ -101,3 +101,43 @@ def test_a_command_still_gets_its_threads():
             "except SystemExit as e:\n    assert e.code == 0, e.code\nprint(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "3", out.stderr
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+BAD_VALUES = [  # one-line input errors found by the torch-free checks (otafl/api/checks.py, otafl/validation.py)
+    (["bound", "--p", "2"], "error: p = 2.0 is outside the allowed range (0, 1]"),
+    (["bound", "--snr-db", "2000"], "error: snr_db = 2000.0 is outside the allowed range [-100, 100]"),
+    (["bound", "--p", "0.5", "--rounds", "1000000000000"], "error: a grid of 1 points x 1000000000000 rounds x 1 "
+     "accountants needs about 349 TiB, over the memory limit of 8 GiB (raise it with otafl --memory-limit GB or "
+     "OTAFL_MEMORY_LIMIT_GB)"),
+    (["audit", "--p", "0.5", "--samples", "0"], "error: samples = 0 is outside the allowed range [1, inf)"),
+    (["plot-accountants", "--p", "2", "--out", "OUT/a.png"], "error: p = 2.0 is outside the allowed range (0, 1]"),
+    (["scaling", "--points", "1"], "error: points = 1 is outside the allowed range [2, inf)"),
+    (["run", "experiments/quickstart.toml", "--set", "sampling.p=2", "--out", "OUT/run"],
+     "error: sampling.p = 2.0 is outside the allowed range (0, 1]"),
+    (["run", "experiments/quickstart.toml", "--set", "data.name='cifar'", "--out", "OUT/run"],
+     "error: data.name = 'cifar' is not one of: digits, mnist, mnist-embedded, synthetic"),
+    (["run", "experiments/quickstart.toml", "--set", "train.local_steps=0", "--out", "OUT/run"],
+     "error: train.local_steps = 0 is outside the allowed range [1, 100000] (integers)"),
+    (["sweep", "experiments/quickstart-sweep.toml", "--set", "sampling.h_th=-1", "--out", "OUT/s.sqlite"],
+     "error: sweep point sampling.p=0.1: sampling.h_th = -1.0 is outside the allowed range (0, inf)"),
+    (["audit-run", "experiments/audit-ota.toml", "--set", "audit.trials=1"],
+     "error: audit.trials = 1 is outside the allowed range [2, 1e+07]"),
+    (["calibrate", "experiments/quickstart.toml", "--solve", "transmit.sigma2", "--target-epsilon", "-1"],
+     "error: target_epsilon = -1.0 is outside the allowed range (0, inf)"),
+]
+
+
+@pytest.mark.parametrize("args,line", BAD_VALUES, ids=lambda a: "-".join(a[:2]) if isinstance(a, list) else "")
+def test_a_bad_value_is_refused_in_one_line_before_torch_loads(tmp_path, args, line):
+    """The checks of option and spec values import no heavy library: the same line, exit 2,
+    and none of torch, numpy, scipy, ... in sys.modules (so the error comes in a fraction of a
+    second instead of the ~2.5 s torch and scipy take to import)."""
+    args = [a.replace("OUT", str(tmp_path)) for a in args]
+    code = f"HEAVY = {HEAVY!r}\n" + PROBE
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res == {"code": 2, "heavy": []}
+    assert out.stderr.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -28,11 +28,11 @@ import torch
 
 from otafl.api.bound import bound_grid
 from otafl.heap import retained_heap
-from otafl.api.defaults import AUDIT_ACCOUNTANTS, AUDIT_SCOPES, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
-from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
+from otafl.api.checks import MAX_AUDIT_USERS, check_audit_grid  # noqa: F401 (the users' bound, re-exported)
+from otafl.api.defaults import AUDIT_ACCOUNTANTS, AUDIT_SCOPES, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM
+from otafl.limits import DEFAULT_MAX_DRAWS
 from otafl.device import default_threads
-from otafl.errors import OtaflInputError, check_range
-from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
+from otafl.privacy.audit import audit_round, clopper_pearson
 from otafl.privacy.accountants import exact_round, exact_total
 from otafl.privacy.accountants.base import reason_text
 from otafl.privacy.analysis.count_law import binomial_count_law, local_count_law
@@ -67,11 +67,6 @@ def _audit_batches(spec: RoundSpec, eps: torch.Tensor, *, samples: int, generato
             tally.advance(rounds)
     lower, upper = clopper_pearson(hits, samples, confidence)
     return total_y / samples, lower, upper, hits
-
-
-#: Largest K an audit draws for: its participant counts come from a window of ~7 sqrt(K)
-#: categories, and torch.multinomial takes at most 2^24 (K = 10^12: 7 10^6).
-MAX_AUDIT_USERS = 1e12
 
 
 def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[float],
@@ -113,22 +108,11 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     interval's lower end), ``below`` (claimed delta < lower end) or ``inf`` (no finite
     epsilon to audit; the audit columns are then None). ``meta`` holds the inputs.
     """
-    accountants = check_accountants(accountants)
-    check_range("samples", samples, lo=1)
-    check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
-    for value in users:  # the draws pick a count from a window of ~7 sqrt(K) (torch.multinomial: < 2^24)
-        check_range("users", value, lo=1, hi=MAX_AUDIT_USERS)
+    accountants = check_audit_grid(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db, accountants=accountants,
+                                   samples=samples, dim=dim, rounds=rounds, scope=scope, adversary=adversary,
+                                   confidence=confidence, max_draws=max_draws, delta_l=delta_l,
+                                   delta_prime=delta_prime, n0=n0, delta_total=delta_total)
     grid_points = math.prod(len(axis) for axis in (users, p, sigma2, clip, snr_db))
-    horizons_n = 1 + (rounds is not None)
-    check_draws(f"{grid_points} grid points x {2 if scope == 'both' else 1} scopes x {horizons_n} horizons x "
-                f"--samples {samples}", grid_points * (2 if scope == "both" else 1) * horizons_n * samples,
-                max_draws)
-    if scope not in SCOPES:
-        raise OtaflInputError(f"scope = {scope!r} is outside the allowed range {{{', '.join(SCOPES)}}}")
-    if adversary not in ADVERSARIES:
-        raise OtaflInputError(f"adversary = {adversary!r} is outside the allowed range "
-                              f"{{{', '.join(ADVERSARIES)}}}")
-    check_range("confidence", confidence, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
     scopes = ["central", "local"] if scope == "both" else [scope]

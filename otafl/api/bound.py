@@ -40,10 +40,8 @@ from typing import Any, Sequence
 
 import torch
 
-from otafl.api.defaults import DEFAULT_CHANNEL_ROUNDS, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
-from otafl.limits import COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_memory, count_window_bytes
+from otafl.api.defaults import DEFAULT_CHANNEL_ROUNDS, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM
 from otafl.device import default_threads
-from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
 from otafl.privacy.accountants import (
     REASONS,
     RoundBound,
@@ -63,7 +61,7 @@ from otafl.privacy.accountants.result import (
     unreachable_reason,
 )
 from otafl.privacy.accountants.run import split_share
-from otafl.privacy.accountants.steps import check_user_sampling, steps_totals
+from otafl.privacy.accountants.steps import steps_totals
 from otafl.privacy.analysis.concentration import AutoShare
 from otafl.privacy.analysis.composition import COMPOSITIONS as RULES
 from otafl.privacy.analysis.steps import COMPOSITIONS
@@ -76,18 +74,13 @@ __all__ = ["COMPOSITIONS", "DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "PLD_ACCOUNTAN
 GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
 """The axes of the grid, in row order (the last varies fastest)."""
 
-CHUNK_ELEMENTS = 1 << 14
-"""(grid point, round) pairs per chunk: bounds the accountants' temporaries."""
+from otafl.api.checks import CHUNK_ELEMENTS, ROW_BYTES, check_bound_grid, check_grid_memory  # noqa: E402
 
 PLD_ACCOUNTANTS = ("paper", "tight")
 """Accountants whose totals :func:`compose_round_bounds` may take by PLD (as ``account_run`` does)."""
 
 SLOW_PIECE = {"exact": 16, "steps": 16, "steps-sumdom": 16}
 """(grid point, round) pairs per call of the slow accountants (progress between calls)."""
-
-ROW_BYTES = 1024
-"""Memory of one output row, for the memory guard (a dict of ~20 Python values: ~0.7 KB
-measured without totals, ~0.9 KB with them)."""
 
 
 def _worst_round(bound: RoundBound) -> RoundBound:
@@ -283,40 +276,15 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     """
     default_threads()  # the CLI's thread policy (otafl/device.py)
     device = torch.device(device)
-    accountants = check_accountants(accountants)
-    check_user_sampling(user_sampling)
+    accountants = check_bound_grid(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db, accountants=accountants,
+                                   delta_l=delta_l, delta_prime=delta_prime, n0=n0, dim=dim, rounds=rounds,
+                                   channel=channel, delta_target=delta_target, composition=composition,
+                                   user_sampling=user_sampling, max_delta=max_delta)
     from otafl.limits import memory_limit_bytes
     from otafl.privacy.analysis.pld import set_memory_budget, take_notes
 
     take_notes()  # forget notes of earlier calls in this process
     set_memory_budget(memory_limit_bytes())  # caps the steps accountant's PLDs
-    for value in p:
-        check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
-    for value in sigma2:
-        check_scale("sigma2", value, zero=True)
-    for value in clip:
-        check_scale("clip", value)
-    for value in snr_db:
-        check_snr_db("snr_db", value)
-    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    if not isinstance(delta_prime, str):
-        check_range("delta_prime", delta_prime, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    elif delta_prime != "auto":
-        raise OtaflInputError(f"delta_prime = {delta_prime!r} is outside the allowed range (0, 1) or 'auto'")
-    if delta_target is not None:
-        check_range("delta_total", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    if max_delta is not None:
-        check_range("max_delta", max_delta, lo=0.0, hi=1.0, lo_open=True)
-    check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
-    if rounds is not None:
-        check_range("rounds", rounds, lo=1)
-    if composition not in COMPOSITIONS:
-        raise OtaflInputError(f"composition = {composition!r} is outside the allowed range "
-                              f"{{{', '.join(COMPOSITIONS)}}}")
-    if composition == "rdp-classic" and rounds is not None and any(a not in STEPS_ACCOUNTANTS for a in accountants):
-        raise OtaflInputError("composition = 'rdp-classic' is for the steps accountant only (steps, steps-sumdom); "
-                              f"{', '.join(a for a in accountants if a not in STEPS_ACCOUNTANTS)} compose with pld "
-                              "or rdp")
     accs = [get_accountant(a) for a in accountants]
     share = split_share(delta_prime, delta_target, rounds) if rounds is not None else None  # auto delta' per round
     f64 = dict(dtype=torch.float64, device=device)
@@ -325,10 +293,6 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
 
     info = None
     if channel is not None:
-        if users or snr_db:
-            raise OtaflInputError("--users and --snr-db come from the channel preset; leave them out with --channel")
-        if n0 is not None:
-            check_scale("n0", n0, zero=True)
         drawn = rounds if rounds is not None else DEFAULT_CHANNEL_ROUNDS
         floor, info = channel_gain_floor(channel, rounds=drawn, dim=int(dim), seed=seed, n0=n0, device=device)
         n0 = float(info["n0"])
@@ -341,21 +305,13 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
                 "worst_round": None if rounds is not None else worst}
     else:
         n0 = 1.0 if n0 is None else n0
-    for value in users:
-        check_range("users", value, lo=1, hi=MAX_EXACT_INT)
-    window = [a for a in accountants if a in COUNT_WINDOW_ACCOUNTANTS]
-    if window and users:
-        check_memory(f"users = {max(users)} with the {window[0]} accountant (its participant-count window)",
-                     count_window_bytes(max(users), delta_prime))
-    check_scale("n0", n0, zero=True)
-
+    t_eval = 1 if info is None else int(evaluated.numel())
+    # without a channel, checked with the other inputs (check_bound_grid); with one, now that T is known
+    chunk = check_grid_memory(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db, accountants=accountants,
+                              delta_prime=delta_prime, rounds=rounds, evaluated_rounds=t_eval, n0=n0,
+                              chunk_elements=CHUNK_ELEMENTS)
     shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))
     points = math.prod(shape)
-    t_eval = 1 if info is None else int(evaluated.numel())
-    span = max(t_eval, rounds or 1)  # the rounds axis a chunk materialises
-    chunk = max(1, min(points, CHUNK_ELEMENTS // span))
-    check_memory(f"a grid of {points} points x {rounds or 1} rounds x {len(accs)} accountants",
-                 bound_bytes(points=chunk, rounds=span, accountants=1) + points * len(accs) * ROW_BYTES)
 
     axes = [torch.tensor([float(v) for v in values], **f64) for values in (users, p, sigma2, clip)]
     if info is None:

@@ -333,12 +333,13 @@ def calibrate(spec: Spec, *, knob: str, target_epsilon: float, target_delta: flo
     Returns a :class:`CalibrationResult`; raises :class:`CalibrationInfeasible` when no
     value in the range meets the target and :class:`OtaflInputError` on bad input.
     """
-    from otafl.device import default_threads  # (here: importing this module, for KNOBS, needs no torch)
-
-    default_threads()  # the CLI's thread policy (otafl/device.py)
     k, accountant = _check_inputs(spec, knob, target_epsilon, target_delta, accountant, scope, grid_points, tol)
     target_delta = spec.privacy.delta_total if target_delta is None else target_delta
     lo, hi = _resolve_range(k, spec, value_range)
+    # after the checks: importing this module (for KNOBS) and a bad input need no torch
+    from otafl.device import default_threads
+
+    default_threads()  # the CLI's thread policy (otafl/device.py)
     base = dataclasses.replace(spec, privacy=dataclasses.replace(spec.privacy, accountants=[accountant]))
     eps_key = f"{accountant}_epsilon_{scope}_total"
     cache: dict[float, dict] = {}

@@ -15,7 +15,7 @@ import torch
 
 from otafl.device import default_threads
 from otafl.api.defaults import CURVES_P, CURVES_PRESET
-from otafl.errors import check_range, check_scale
+from otafl.api.checks import check_curves
 from otafl.progress import Progress, Tally
 
 __all__ = ["ACCOUNTANTS", "DEFAULT_P", "PRESET", "accountant_curves"]
@@ -58,14 +58,7 @@ def accountant_curves(*, p: Sequence[float] = DEFAULT_P, users: int = PRESET["us
     from otafl.privacy.accountants import paper_round, tight_round
     from otafl.privacy.accountants import exact_round
 
-    for value in p:
-        check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
-    check_range("users", users, lo=1)
-    check_scale("sigma2", sigma2, zero=True)
-    check_scale("clip", clip)
-    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    check_scale("n0", n0, zero=True)
-    check_range("dim", dim, lo=1)
+    check_curves(p=p, users=users, sigma2=sigma2, clip=clip, delta_l=delta_l, n0=n0, dim=dim)
     pp = torch.tensor(list(p), dtype=torch.float64)
     kw = dict(participation_prob=pp, users=users, noise_var=sigma2, alignment_gain=alignment_gain, n0=n0,
               sensitivity=2.0 * clip, delta_l=delta_l)

@@ -83,15 +83,12 @@ def _fit(users: Sequence[int], eps: Sequence[float]) -> dict:
             "k_mid": mid}
 
 
-MAX_USERS = 1e12
-"""Largest number of users K of a scaling grid (K is an integer; inf is refused)."""
+from otafl.api.checks import MAX_USERS, check_log_users, check_scaling_grid  # noqa: E402 (torch-free)
 
 
 def log_users(k_min: float, k_max: float, points: int) -> list[int]:
     """``points`` log-spaced K values from ``k_min`` to ``k_max``, rounded, repeats dropped."""
-    check_range("k_min", k_min, lo=1, hi=MAX_USERS, finite=True)
-    check_range("k_max", k_max, lo=k_min, hi=MAX_USERS, lo_open=True, finite=True)
-    check_range("points", points, lo=2)
+    check_log_users(k_min, k_max, points)
     return [int(k) for k in np.unique(np.round(np.logspace(math.log10(k_min), math.log10(k_max), points)))]
 
 
@@ -222,9 +219,10 @@ def scaling_grid(*, k_min: float = 1e2, k_max: float = 1e6, points: int = 41, ex
     fills in the image it writes); ``curves`` is the dict of :func:`scaling_curves`
     (what the figure draws).
     """
+    accountants = check_scaling_grid(k_min=k_min, k_max=k_max, points=points, exact_points=exact_points, p=p, a=a,
+                                     sigma2=sigma2, clip=clip, delta_l=delta_l, accountants=accountants, dim=dim,
+                                     n0=n0, snr_db=snr_db)
     default_threads()  # the CLI's thread policy (otafl/device.py)
-    accountants = check_accountants(accountants)
-    check_range("exact_points", exact_points, lo=2)
     grid = log_users(k_min, k_max, points)
     slow = log_users(k_min, k_max, min(points, exact_points))
     users = {name: slow if name in SLOW_ACCOUNTANTS else grid for name in accountants}

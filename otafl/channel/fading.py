@@ -17,7 +17,7 @@ The line-of-sight phase is fixed at zero (it does not change |.|, only which r's
 This module only *generates* the channel; :mod:`otafl.channel.mac` applies it (the split of
 Sionna's ``flat_fading_channel.py``), so tests and power control can reuse a fixed h.
 Rayleigh and static channels are thin subclasses with one parameter pinned; a new model is
-one new class plus one line in :data:`FADING_MODELS`.
+one new class plus one line in :data:`FADING_MODELS` (in :mod:`otafl.names`, torch-free).
 """
 
 from __future__ import annotations
@@ -191,11 +191,8 @@ def _check_gain(large_scale_gain: Tensor, users: int | None) -> Tensor:
 
 
 #: Fading models by name. Every entry is :class:`ARRicianFading` or a subclass of it.
-FADING_MODELS: dict[str, type[ARRicianFading]] = {
-    "ar-rician": ARRicianFading,
-    "rayleigh": RayleighFading,
-    "static": StaticFading,
-}
+#: The names live in :mod:`otafl.names` (torch-free, for spec validation); entries resolve here.
+from otafl.names import FADING_MODELS  # noqa: E402
 
 
 def make_fading(name: str, *, rician_k: float = 0.0, rho: float = 0.0) -> ARRicianFading:

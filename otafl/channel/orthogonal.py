@@ -32,7 +32,7 @@ from otafl.transmit import REFERENCE_N0
 
 __all__ = ["ACCESS_SCHEMES", "UplinkCost", "orthogonal_rates", "uplink_cost"]
 
-ACCESS_SCHEMES = ("tdma", "ofdma")
+from otafl.names import ACCESS_SCHEMES  # noqa: E402 (the names, torch-free)
 
 
 class UplinkCost(NamedTuple):

@@ -39,14 +39,19 @@ from otafl.report.text import accountants_text
 @quiet_option
 def plot_accountants(out, p, users, sigma2, clip, delta_l, n0, dim, fmt, quiet):
     """Write the accountants figure (per-round central epsilon vs p of paper, tight, exact) and print it."""
-    from otafl.api.curves import accountant_curves
-    from otafl.report.accountants_figure import plot_accountants as draw
-    from otafl.report.text import csv_text, json_text
+    from otafl.api.checks import check_curves
     from otafl.results import output_target
 
     output_target(out)  # before the work
+    p = parse_list("p", p)
+    check_curves(p=p, users=users, sigma2=sigma2, clip=clip, delta_l=delta_l, n0=n0, dim=dim)  # before torch loads
+
+    from otafl.api.curves import accountant_curves
+    from otafl.report.accountants_figure import plot_accountants as draw
+    from otafl.report.text import csv_text, json_text
+
     with progress_bar("exact", quiet=quiet, unit="p") as progress:
-        curves = accountant_curves(p=parse_list("p", p), users=users, sigma2=sigma2, clip=clip, delta_l=delta_l,
+        curves = accountant_curves(p=p, users=users, sigma2=sigma2, clip=clip, delta_l=delta_l,
                                    n0=n0, dim=dim, progress=progress)
     path = str(draw(curves, out))
     if fmt == "json":

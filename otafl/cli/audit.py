@@ -52,15 +52,18 @@ from otafl.report.text import audit_text
 def audit(users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_total, samples, seed,
           scope, adversary, confidence, max_draws, fmt, device, quiet):
     """Monte Carlo audit of the mechanism beside each accountant's (epsilon, delta)."""
+    from otafl.api.checks import check_audit_grid
+
+    grid = dict(users=parse_list("users", users, int), p=parse_list("p", p), sigma2=parse_list("sigma2", sigma2),
+                clip=parse_list("clip", clip), snr_db=parse_list("snr_db", snr_db),
+                accountants=accountant_list(accountant), samples=samples, delta_l=delta_l,
+                delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds, scope=scope,
+                adversary=adversary, confidence=confidence, max_draws=max_draws, delta_total=delta_total)
+    check_audit_grid(**grid)  # a bad value is refused before torch loads
+
     from otafl.api.audit import audit_grid
     from otafl.device import resolve_device
 
     with progress_bar("audit", quiet=quiet) as progress:
-        result = audit_grid(
-            users=parse_list("users", users, int), p=parse_list("p", p), sigma2=parse_list("sigma2", sigma2),
-            clip=parse_list("clip", clip), snr_db=parse_list("snr_db", snr_db),
-            accountants=accountant_list(accountant), samples=samples, seed=seed, delta_l=delta_l,
-            delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds, scope=scope,
-            adversary=adversary, confidence=confidence, device=resolve_device(device), max_draws=max_draws,
-            progress=progress, delta_total=delta_total)
+        result = audit_grid(**grid, seed=seed, device=resolve_device(device), progress=progress)
     echo_result(result, fmt, audit_text)

@@ -53,15 +53,17 @@ def audit_run_text(result: dict) -> str:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def audit_run(spec, overrides, trials, scope, seed, fmt, device, quiet):
     """Audit the simulator's round on worst-case neighbouring data sets beside every accountant."""
-    from otafl.api.audit_run import audit_run as run_audit
     from otafl.config import load_audit_spec
+
+    extra = [f"audit.{k}={v!r}" if isinstance(v, str) else f"audit.{k}={v}"
+             for k, v in (("trials", trials), ("scope", scope), ("seed", seed)) if v is not None]
+    cfg, audit = load_audit_spec(spec, list(overrides) + extra)  # validated before torch loads
+
+    from otafl.api.audit_run import audit_run as run_audit
     from otafl.device import resolve_device
     from otafl.progress import progress_bar
     from otafl.report.text import json_text
 
-    extra = [f"audit.{k}={v!r}" if isinstance(v, str) else f"audit.{k}={v}"
-             for k, v in (("trials", trials), ("scope", scope), ("seed", seed)) if v is not None]
-    cfg, audit = load_audit_spec(spec, list(overrides) + extra)
     with progress_bar("audit-run", quiet=quiet, unit="trial") as progress:
         result = run_audit(cfg, audit, device=resolve_device(device), progress=progress)
     click.echo(json_text(result) if fmt == "json" else audit_run_text(result), nl=fmt == "json")

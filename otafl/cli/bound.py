@@ -69,8 +69,7 @@ from otafl.report.text import bound_text
 def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, accountant, rounds, delta_total, max_delta,
           channel, seed, local_steps, record_sampling, step_noise, composition, user_sampling, fmt, device, quiet):
     """Per-round local and central DP bounds (and totals with --rounds) on a grid, no training."""
-    from otafl.api.bound import bound_grid
-    from otafl.device import resolve_device
+    from otafl.api.checks import check_bound_grid
 
     explicit = {name for name in ("users", "snr_db")
                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
@@ -81,15 +80,20 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
         check_range("delta_total", delta_total, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         raise OtaflInputError(f"--delta-total = {delta_total!r} sets the total delta of the composed totals; "
                               "give rounds (--rounds T) too")
+    grid = dict(users=[] if channel else parse_list("users", users, int), p=parse_list("p", p),
+                sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
+                snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
+                delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
+                channel=channel, delta_target=delta_total, max_delta=max_delta, composition=composition,
+                user_sampling=user_sampling)
+    check_bound_grid(**grid)  # a bad value is refused before torch loads
+
+    from otafl.api.bound import bound_grid
+    from otafl.device import resolve_device
+
     with progress_bar("bound", quiet=quiet, unit="pt") as progress:
-        result = bound_grid(
-            users=[] if channel else parse_list("users", users, int), p=parse_list("p", p),
-            sigma2=parse_list("sigma2", sigma2), clip=parse_list("clip", clip),
-            snr_db=[] if channel else parse_list("snr_db", snr_db), accountants=accountant_list(accountant),
-            delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
-            channel=channel, seed=seed, delta_target=delta_total, max_delta=max_delta, device=resolve_device(device),
-            local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise,
-            composition=composition, user_sampling=user_sampling, progress=progress)
+        result = bound_grid(**grid, seed=seed, device=resolve_device(device), local_steps=local_steps,
+                            record_sampling=record_sampling, step_noise=step_noise, progress=progress)
     echo_result(result, fmt, bound_text)
     for note in result["meta"].get("notes", []):
         click.echo(f"note: {note}", err=True)

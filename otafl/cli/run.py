@@ -32,18 +32,20 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     that is not empty (an earlier run) is refused unless --overwrite; so is one that
     cannot be written, before the run starts.
     """
-    from tqdm import tqdm
-
-    from otafl.api.run import run_to_folder
-    from otafl.cli.options import forget_caught_interrupt
     from otafl.config import load_spec
     from otafl.errors import OtaflInputError
-    from otafl.report.text import run_text
 
     overrides = list(overrides) + ([f"train.seed={seed}"] if seed is not None else [])
     if out_dir is not None and not out_dir.strip():
         raise OtaflInputError("--out is empty; give an output folder such as runs/my-run")
-    cfg = load_spec(spec, overrides)
+    cfg = load_spec(spec, overrides)  # validated before torch loads (tests/test_cli_startup.py)
+
+    from tqdm import tqdm
+
+    from otafl.api.run import run_to_folder
+    from otafl.cli.options import forget_caught_interrupt
+    from otafl.report.text import run_text
+
     if out_dir is None:
         out_dir = os.path.join("runs", Path(spec).stem if spec else "default")
     bars = []  # made at the first round, so that an error while loading data prints one line

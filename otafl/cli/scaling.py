@@ -78,17 +78,24 @@ def scaling_table(result: dict) -> str:
 def scaling(p, a, sigma2, clip, delta_l, delta_prime, dim, n0, snr_db, k_min, k_max, points, exact_points,
             accountant, out, no_plot, quiet, fmt, device):
     """Fit and draw how the central leakage falls with K: fixed p (theory -1/2) and p = a/sqrt(K) (-3/4)."""
+    from otafl.api.checks import check_scaling_grid
+
+    if out is not None and not no_plot:  # a bad --out is refused before the work, not after it
+        from otafl.report.names import check_suffix
+        from otafl.results import output_target
+
+        output_target(out)
+        check_suffix(out)
+    delta_prime = parse_delta_prime(delta_prime)
+    check_scaling_grid(k_min=k_min, k_max=k_max, points=points, exact_points=exact_points, p=p, a=a, sigma2=sigma2,
+                       clip=clip, delta_l=delta_l, accountants=accountant_list(accountant), dim=dim, n0=n0,
+                       snr_db=snr_db)  # a bad value is refused before torch loads
+
     from tqdm import tqdm
 
     from otafl.api.scaling import scaling_grid
     from otafl.device import resolve_device
 
-    if out is not None and not no_plot:  # a bad --out is refused before the work, not after it
-        from otafl.report.plots import check_suffix
-        from otafl.results import output_target
-
-        output_target(out)
-        check_suffix(out)
     bar = None
 
     def progress(done: int, total: int, label: str) -> None:
@@ -101,7 +108,7 @@ def scaling(p, a, sigma2, clip, delta_l, delta_prime, dim, n0, snr_db, k_min, k_
 
     try:
         result = scaling_grid(k_min=k_min, k_max=k_max, points=points, exact_points=exact_points, p=p, a=a,
-                              sigma2=sigma2, clip=clip, delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime),
+                              sigma2=sigma2, clip=clip, delta_l=delta_l, delta_prime=delta_prime,
                               accountants=accountant_list(accountant), dim=dim, n0=n0, snr_db=snr_db,
                               progress=progress, device=resolve_device(device))
     finally:

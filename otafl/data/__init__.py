@@ -31,7 +31,8 @@ name               source                                                      t
 =================  ==========================================================  ===========
 
 (train/test sizes at the default ``test_fraction = 0.2``; ``mnist`` keeps its official
-split.) Adding a dataset is one loader function plus one line in :data:`DATASETS`.
+split.) Adding a dataset is one loader function plus one line in :data:`DATASETS` (in
+:mod:`otafl.names`, torch-free, so that spec validation needs no torch).
 
 Modules
 -------

@@ -10,12 +10,7 @@ from otafl.errors import OtaflInputError, check_range, out_of_range
 
 
 #: Dataset registry: name -> loader, the single source of accepted dataset names.
-DATASETS: dict[str, Loader] = {
-    "mnist-embedded": load_mnist_embedded,
-    "digits": load_digits,
-    "mnist": load_mnist,
-    "synthetic": load_synthetic,
-}
+from otafl.names import DATASETS  # noqa: E402 (the names, torch-free; entries resolve here)
 
 DEFAULT_DATASET = "mnist-embedded"
 

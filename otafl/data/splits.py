@@ -134,11 +134,7 @@ def _split_dirichlet(labels: Tensor, users: int, *, alpha: float,
 #: Split-scheme registry, the single source of accepted scheme names: name ->
 #: function(labels [N], users, *, alpha, shards_per_user, generator) -> owner [N] int64
 #: (the user holding each sample).
-SPLITS: dict[str, Callable[..., Tensor]] = {
-    "iid": _split_iid,
-    "shards": _split_shards,
-    "dirichlet": _split_dirichlet,
-}
+from otafl.names import SPLITS  # noqa: E402 (the names, torch-free; entries resolve here)
 
 
 def _pad_by_owner(owner: Tensor, users: int) -> UserSplit:

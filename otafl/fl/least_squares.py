@@ -38,11 +38,7 @@ __all__ = ["CANARY_TARGET", "CO_USERS", "AuditRecords", "audit_records", "least_
 CANARY_TARGET = 1.0e6
 """|y| of the canary record: its gradient's norm stays near 1e6, far above any clip."""
 
-CO_USERS = {
-    "null": "co-users hold null records (x = 0): zero gradients, only their noise",
-    "noise-cancelling": "co-users' steps undo the previous step's noise (local steps, q = 1)",
-}
-"""Co-user constructions by name (``audit.co_users``)."""
+from otafl.privacy.names import CO_USERS  # noqa: E402 (the names, torch-free; audit.co_users)
 
 
 def least_squares_model(dim: int, *, dtype=torch.float64, device="cpu") -> nn.Module:

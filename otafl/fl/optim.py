@@ -25,7 +25,7 @@ def _sgd(params, *, lr: float) -> torch.optim.Optimizer:
 
 
 #: Server optimizers by name (``train.optimizer``): ``fn(params, *, lr) -> Optimizer``.
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {"adam": _adam, "sgd": _sgd}
+from otafl.names import OPTIMIZERS  # noqa: E402 (the names, torch-free; entries resolve here)
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:

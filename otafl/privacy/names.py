@@ -15,3 +15,10 @@ COMPOSITIONS = ("pld", "rdp", "rdp-classic")
 #: ``otafl bound --user-sampling``: whether the adversary may see the record's user take part
 #: (docs/privacy/steps.md#steps-user-sampling; "hidden" is refused at record level, with its reason).
 USER_SAMPLING = ("revealed", "hidden")
+
+CO_USERS = {
+    "null": "co-users hold null records (x = 0): zero gradients, only their noise",
+    "noise-cancelling": "co-users' steps undo the previous step's noise (local steps, q = 1)",
+}
+"""Co-user constructions of ``otafl audit-run`` by name (``audit.co_users``;
+:mod:`otafl.fl.least_squares`)."""

@@ -9,3 +9,15 @@ KINDS = ("accuracy", "privacy", "tradeoff", "channel", "scaling")
 EPSILONS = ("round", "total")
 #: Image formats, by the output file's suffix.
 SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_suffix(out) -> str:
+    """The image format from the output suffix; other suffixes: OtaflInputError."""
+    from pathlib import Path
+
+    from otafl.errors import OtaflInputError
+
+    suffix = Path(out).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise OtaflInputError(f"--out {str(out)!r} has suffix {suffix or '(none)'!r}; allowed: {', '.join(SUFFIXES)}")
+    return suffix[1:]

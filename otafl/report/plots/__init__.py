@@ -47,7 +47,7 @@ from otafl.report.plots.common import center_suptitle, split_facets
 from otafl.report.plots.kinds import ACCOUNTANT_STYLE, accuracy_figure, privacy_figure, tradeoff_figure
 from otafl.report.plots.versus import DEFAULT_X, scaling_figure, slope_text
 from otafl.report.table import accountants_of, choose_accountants, group_runs
-from otafl.report.names import EPSILONS, KINDS, SUFFIXES
+from otafl.report.names import EPSILONS, KINDS, SUFFIXES, check_suffix
 from otafl.sweep.store import ResultStore, StoredRun
 
 __all__ = ["ACCOUNTANT_STYLE", "CHANNEL_WINDOW", "EPSILONS", "KINDS", "SUFFIXES", "STYLE", "check_suffix",
@@ -132,14 +132,6 @@ def make_figure(store: ResultStore, kind: str, *, runs: Sequence[StoredRun] | No
                           **({"along": along} if along else {}))
         center_suptitle(fig)
     return fig
-
-
-def check_suffix(out: str | Path) -> str:
-    """The image format from the output suffix; other suffixes: OtaflInputError."""
-    suffix = Path(out).suffix.lower()
-    if suffix not in SUFFIXES:
-        raise OtaflInputError(f"--out {str(out)!r} has suffix {suffix or '(none)'!r}; allowed: {', '.join(SUFFIXES)}")
-    return suffix[1:]
 
 
 def save_figure(fig: Figure, out: str | Path) -> Path:
