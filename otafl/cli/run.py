@@ -38,6 +38,7 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     from otafl.cli.options import forget_caught_interrupt
     from otafl.config import load_spec
     from otafl.errors import OtaflInputError
+    from otafl.publish import PublishConflict
     from otafl.report.text import run_text
 
     overrides = list(overrides) + ([f"train.seed={seed}"] if seed is not None else [])
@@ -64,6 +65,9 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     old = signal.signal(signal.SIGTERM, terminated) if main_thread else None
     try:
         result = run_to_folder(cfg, out_dir, overwrite=overwrite, device=device, on_round=on_round)
+    except PublishConflict as e:  # another run published OUT while this one trained: nothing replaced
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:  # Ctrl-C: cleaned up like SIGTERM (no partial folder), one line, exit 130
         if main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
