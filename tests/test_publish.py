@@ -193,11 +193,11 @@ def _kill_at_every_step(tmp_path: Path, mode: str, old: dict[str, str] | None) -
 OLD = {"rounds.csv": "round\n0\n", "summary.json": '{"run": "old"}\n'}
 
 
-@pytest.mark.parametrize("mode", ["overwrite", "overwrite-fallback"])
+@pytest.mark.parametrize("mode", ["overwrite", pytest.param("overwrite-fallback", marks=pytest.mark.slow)])
 def test_kill_9_at_any_step_of_overwrite_leaves_the_old_folder_or_the_new_one_whole(tmp_path, mode):
     _kill_at_every_step(tmp_path, mode, OLD)
 
 
-@pytest.mark.parametrize("mode", ["new", "new-fallback"])
+@pytest.mark.parametrize("mode", ["new", pytest.param("new-fallback", marks=pytest.mark.slow)])
 def test_kill_9_at_any_step_of_a_new_run_leaves_no_folder_or_the_whole_one(tmp_path, mode):
     _kill_at_every_step(tmp_path, mode, None)
