@@ -170,9 +170,13 @@ class RunFolder:
 
     def __enter__(self) -> "RunFolder":
         from otafl.reaper import Reaper
-        from otafl.results import clean_stale, discard_run_dir, prepare_run_dir, stage_path, stage_run_dir
+        from otafl.results import (check_path_fits, clean_stale, discard_run_dir, prepare_run_dir, stage_path,
+                                   stage_run_dir)
 
-        clean_stale(self.out)  # a dead run's stage, or an old folder a killed --overwrite set aside
+        if str(self.given).strip():
+            check_path_fits(self.given, "output folder")
+            with contextlib.suppress(OSError):
+                clean_stale(self.out)  # a dead run's stage, or an old folder a killed --overwrite set aside
         self.created = prepare_run_dir(str(self.given), overwrite=self.overwrite)  # refused here, before training
         try:
             self.guard = Reaper()  # cleans up after a kill -9
