@@ -27,7 +27,13 @@ class OtaflGroup(click.Group):
             if standalone_mode:
                 sys.exit(e.exit_code)
             raise
-        except click.exceptions.Abort:
+        except click.exceptions.Abort as e:
+            if isinstance(e.__cause__, KeyboardInterrupt):  # Ctrl-C that no command caught itself
+                from otafl.cli.options import forget_caught_interrupt
+
+                forget_caught_interrupt()  # so that python -m otafl exits 130, not by SIGINT
+                click.echo("error: interrupted", err=True)
+                sys.exit(130)
             click.echo("error: aborted", err=True)
             sys.exit(1)
         except click.exceptions.NoArgsIsHelpError as e:  # plain `otafl`: the help, as --help prints it
@@ -42,9 +48,38 @@ class OtaflGroup(click.Group):
         except OtaflInputError as e:
             click.echo(f"error: {' '.join(str(e).split())}", err=True)
             sys.exit(2)
+        except OSError as e:  # standard output (or a file no writer caught) refused a write
+            import errno
+
+            if e.errno not in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+                raise
+            stdout = _stdout_broken()
+            if e.errno == errno.EPIPE and stdout:  # `otafl ... | head`: the reader left, as click does
+                sys.exit(1)
+            where = "standard output" if stdout or e.filename is None else repr(str(e.filename))
+            click.echo(f"error: cannot write to {where}: {e.strerror or e}", err=True)
+            sys.exit(2)
         if standalone_mode:
             sys.exit(rv if isinstance(rv, int) else 0)
         return rv
+
+
+def _stdout_broken() -> bool:
+    """True if standard output refuses what it holds (a full disk, /dev/full, a closed pipe);
+    then it is pointed at /dev/null, so that the interpreter's final flush stays quiet."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        return False
+    except OSError:
+        try:
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+        except (OSError, ValueError, AttributeError):  # not a real file (CliRunner): nothing to flush later
+            pass
+        return True
 
 
 THREADS_ENV = "OTAFL_THREADS"
