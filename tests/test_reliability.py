@@ -3,6 +3,7 @@ docs/guides/failure.md promises: one ``error:`` line and the documented exit cod
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -83,3 +84,25 @@ def test_a_full_standard_output_is_one_line_exit_2(fmt):
                               timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == ["error: cannot write to standard output: No space left on device"]
+
+
+def test_a_round_pld_with_a_vanishing_noise_puts_its_loss_at_infinity_not_on_a_huge_grid():
+    """digital.sigma2 = 1e-30 asked for a grid of ~1e18 points ("array is too big")."""
+    from otafl.privacy.analysis.distributed import MAX_PLD_POINTS, gaussian_round_pld
+
+    pld = gaussian_round_pld(participation_prob=0.5, weights=[0.5, 0.5], noise_std=[1e-15, 1.0], sensitivity=2.0,
+                             interval=1e-3)
+    pmf = pld._pmf_remove
+    assert len(pmf._probs) <= MAX_PLD_POINTS
+    assert pmf._infinity_mass == pytest.approx(0.25, abs=1e-12)  # the vanishing-noise half of the mass p
+    assert pld.get_epsilon_for_delta(0.2) == math.inf and math.isfinite(pld.get_epsilon_for_delta(0.3))
+
+
+def test_a_digital_run_with_a_vanishing_noise_reports_inf_not_a_traceback(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.toml").write_text('[data]\nname = "synthetic"\nusers = 20\n[train]\nrounds = 2\n'
+                                        'eval_every = 2\n')
+    res = CliRunner().invoke(cli, ["run", "tiny.toml", "--out", "X", "--quiet", "--set", "train.aggregation='digital'",
+                                   "--set", "digital.mechanism='gaussian'", "--set", "digital.sigma2=1e-30"])
+    assert res.exit_code == 0, res.output
+    assert "eps_central inf" in res.stdout
