@@ -106,3 +106,56 @@ def test_a_digital_run_with_a_vanishing_noise_reports_inf_not_a_traceback(tmp_pa
                                    "--set", "digital.mechanism='gaussian'", "--set", "digital.sigma2=1e-30"])
     assert res.exit_code == 0, res.output
     assert "eps_central inf" in res.stdout
+
+
+# --------------------------------------------------------------------------- doccheck.py
+
+
+DOCCHECK = str(Path(REPO) / "tests" / "doccheck.py")
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "does not exist"),
+    ("folder", "is a folder"),
+    (b"PK\x03\x04\x00\x00binary", "is a binary file"),
+    ("caf\u00e9\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 3)"),
+], ids=["missing", "folder", "binary", "latin-1"])
+def test_doccheck_refuses_what_is_no_utf8_page_in_one_line(tmp_path, content, needle):
+    page = tmp_path / "page.md"
+    if content == "folder":
+        page.mkdir()
+    elif content is not None:
+        page.write_bytes(content)
+    proc = subprocess.run([sys.executable, DOCCHECK, str(page)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {str(page)!r} ") and needle in lines[0], lines
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_of_doccheck_ends_its_commands_and_is_one_line_exit_130(tmp_path, jobs):
+    import signal
+    import time
+
+    pages = []
+    for name in ("a", "b"):
+        page = tmp_path / f"{name}.md"
+        page.write_text(f"```console\n$ echo $$ > {tmp_path}/{name}.pid; sleep 60\n```\n")
+        pages.append(str(page))
+    proc = subprocess.Popen([sys.executable, DOCCHECK, "--jobs", jobs, *pages], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    pidfiles = [tmp_path / "a.pid"] + ([tmp_path / "b.pid"] if jobs == "2" else [])
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.read_text().strip() for p in pidfiles):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == ["error: interrupted; no page was rewritten"], err
+    for p in pidfiles:  # the commands (each a session of its own) are gone too
+        pid = int(p.read_text())
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read(), pid
