@@ -159,3 +159,92 @@ def test_ctrl_c_of_doccheck_ends_its_commands_and_is_one_line_exit_130(tmp_path,
         while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not os.path.exists(f"/proc/{pid}") or " Z " in open(f"/proc/{pid}/stat").read(), pid
+
+
+# --------------------------------------------------------------------------- 6. messages and checks
+
+
+SWEEP_P = """
+[data]
+name = "synthetic"
+users = 6
+[train]
+rounds = 2
+eval_every = 2
+[privacy]
+accountants = ["paper"]
+[sweep]
+seeds = [0]
+[sweep.axes]
+"sampling.p" = [0.5, 0.9]
+"""
+
+
+def test_a_scaling_plot_against_the_swept_p_plots_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(SWEEP_P)
+    res = CliRunner().invoke(cli, ["sweep", "s.toml", "--out", "s.sqlite", "--workers", "0", "--quiet"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["plot", "s.sqlite", "--kind", "scaling", "--x", "sampling.p", "--out", "f.png"])
+    assert res.exit_code == 0, res.output
+    assert "vs sampling.p (uniform): log-log slope" in res.stdout and "over 0.5-0.9 (2 points)" in res.stdout
+    assert (tmp_path / "f.png").stat().st_size > 0
+    res = CliRunner().invoke(cli, ["plot", "s.sqlite", "--kind", "scaling", "--x", "channel.snr_db", "--out", "g.png"])
+    _one_line(res, 2, "swept keys: sampling.p (choose one with --x)")
+
+
+def test_a_list_whose_quotes_the_shell_stripped_is_read_as_a_list():
+    from otafl.config import parse_override
+
+    assert parse_override("privacy.accountants=[exact,tight]") == ("privacy", "accountants", ["exact", "tight"])
+    assert parse_override("privacy.accountants=[exact, tight,]")[2] == ["exact", "tight"]
+    assert parse_override("a.b=[1,x]")[2] == [1, "x"]
+    assert parse_override("a.b=[a,[b]]")[2] == "[a,[b]]"  # nested: left as a string (then refused by name)
+
+
+def test_a_run_with_a_shell_stripped_accountants_list_accounts_both(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.toml").write_text('[data]\nname = "synthetic"\nusers = 6\n[train]\nrounds = 2\neval_every = 2\n')
+    res = CliRunner().invoke(cli, ["run", "t.toml", "--out", "X", "--quiet", "--set",
+                                   "privacy.accountants=[paper,tight]"])
+    assert res.exit_code == 0, res.output
+    assert "  paper: " in res.stdout and "  tight: " in res.stdout
+
+
+def test_a_string_of_accountants_suggests_its_names_as_a_list(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.toml").write_text('[privacy]\naccountants = "[exact,tight]"\n')
+    res = CliRunner().invoke(cli, ["run", "t.toml", "--out", "X"])
+    _one_line(res, 2, "must be a list of names, e.g. ['exact', 'tight']")
+
+
+def test_a_sweep_refuses_an_sqlite_database_without_tables_and_leaves_it_alone(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(SWEEP_P)
+    sqlite3.connect("theirs.sqlite").execute("PRAGMA user_version = 7").connection.close()
+    before = (tmp_path / "theirs.sqlite").read_bytes()
+    res = CliRunner().invoke(cli, ["sweep", "s.toml", "--out", "theirs.sqlite", "--workers", "0", "--quiet"])
+    _one_line(res, 2, "'theirs.sqlite' is not an otafl results file (it is an SQLite database without tables)")
+    assert (tmp_path / "theirs.sqlite").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml", "theirs.sqlite"]
+
+
+def test_a_nan_threshold_in_a_sweep_axis_is_refused_before_the_store_exists(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.toml").write_text(SWEEP_P.replace('"sampling.p" = [0.5, 0.9]', '"transmit.threshold" = [1.0, nan]'))
+    res = CliRunner().invoke(cli, ["sweep", "s.toml", "--out", "s.sqlite", "--workers", "0", "--quiet"])
+    _one_line(res, 2, "transmit.threshold = nan")
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.parametrize("env, value, needle", [
+    ("OTAFL_MEMORY_LIMIT_GB", "abc", "environment variable OTAFL_MEMORY_LIMIT_GB = 'abc' is refused for --memory-limit"),
+    ("OTAFL_MEMORY_LIMIT_GB", "inf", "environment variable OTAFL_MEMORY_LIMIT_GB = inf is outside"),
+    ("OTAFL_THREADS", "0", "environment variable OTAFL_THREADS = '0' is refused for --threads"),
+])
+def test_a_bad_environment_variable_is_named_not_the_option(monkeypatch, env, value, needle):
+    monkeypatch.setenv(env, value)
+    res = CliRunner().invoke(cli, ["bound", "--quiet"])
+    _one_line(res, 2, needle)

@@ -404,6 +404,8 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
         conn = _connect(p, "rwc")
         conn.execute("BEGIN IMMEDIATE")
         if not conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            if not created and p.stat().st_size > 0:  # someone's SQLite database: table and plot refuse it too
+                raise _not_ours(p, "it is an SQLite database without tables")
             for stmt in _SCHEMA:
                 conn.execute(stmt)
             conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)",
