@@ -248,3 +248,37 @@ def test_a_bad_environment_variable_is_named_not_the_option(monkeypatch, env, va
     monkeypatch.setenv(env, value)
     res = CliRunner().invoke(cli, ["bound", "--quiet"])
     _one_line(res, 2, needle)
+
+
+# --------------------------------------------------------------------------- 4. a truncated -shm
+
+
+SHM_KILLER = r"""
+import os, sys, time
+import otafl.sweep.store as store
+wait = float(sys.argv[1])
+real, calls = store.ResultStore.mark_done, []
+def mark_done(self, *a, **k):
+    calls.append(1)
+    if len(calls) == 2:  # another process truncates the index SQLite maps, between two commits
+        os.truncate(f"{self.path}-shm", 0)
+        time.sleep(wait)  # 0: the commit finds it; 0.6: the watch thread has restored it meanwhile
+    return real(self, *a, **k)
+store.ResultStore.mark_done = mark_done
+from otafl.cli.main import cli
+cli(["sweep", "s.toml", "--out", "s.sqlite", "--workers", "0", "--quiet"])
+"""
+
+
+@pytest.mark.parametrize("wait", ["0", "0.6"], ids=["at-the-commit", "by-the-watch-thread"])
+def test_a_truncated_shm_index_stops_the_sweep_with_one_line_not_sigbus(tmp_path, wait):
+    (tmp_path / "s.toml").write_text(SWEEP_P.replace("seeds = [0]", "seeds = [0, 1]"))
+    proc = subprocess.run([sys.executable, "-c", SHM_KILLER, wait], cwd=tmp_path, capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)  # was -7 (SIGBUS), no message
+    assert proc.stderr.splitlines() == [
+        "error: the index s.sqlite-shm of results file 's.sqlite' was truncated by another process during the "
+        "sweep (restored: 1 finished run(s) kept); rerun with --resume"], proc.stderr
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "s.sqlite"),
+                                   "--workers", "0", "--quiet", "--resume"])
+    assert res.exit_code == 0 and "3 runs done, 1 skipped (already done)" in res.stdout, res.output
