@@ -220,7 +220,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """``section.key=value`` -> (section, key, value); the value is read as a TOML literal
-    (``0.5``, ``[2, 10]``, ``true``, ``"x"``), or kept as a bare string if it is not one."""
+    (``0.5``, ``[2, 10]``, ``true``, ``"x"``), or kept as a bare string if it is not one
+    (``[exact,tight]``, whose quotes the shell stripped, as a list of bare strings)."""
     if "=" not in text:
         raise OtaflInputError(f"--set {text!r} must look like section.key=value")
     dotted, raw = text.split("=", 1)
@@ -232,11 +233,31 @@ def parse_override(text: str) -> tuple[str, str, Any]:
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw.strip()
+        value = _bare_list(raw.strip())
     except RecursionError:
         raise OtaflInputError(f"--set {dotted.strip()}: the value nests lists or tables too deeply "
                               f"({len(raw)} characters); give a number, a string or a flat list") from None
     return section, key, value
+
+
+def _bare_list(raw: str) -> Any:
+    """A bare string, or ``[exact,tight]`` (a list whose quotes the shell stripped) as a list:
+    each item a TOML literal or else a bare string, as a scalar value is."""
+    inner = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else None
+    if inner is None or any(ch in inner for ch in "[]{}\"'"):
+        return raw
+    items = [item.strip() for item in inner.split(",")]
+    if items[-1] == "":  # a trailing comma
+        items.pop()
+    if not items or any(item == "" for item in items):
+        return raw
+    out = []
+    for item in items:
+        try:
+            out.append(tomllib.loads(f"v = {item}")["v"])
+        except tomllib.TOMLDecodeError:
+            out.append(item)
+    return out
 
 
 def resolve_preset(name: str, base_dir: Path | None) -> Path:

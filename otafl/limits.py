@@ -84,11 +84,15 @@ def count_window_bytes(users: float, delta_prime: float | str = "auto") -> float
     """Estimated peak bytes of the count window of K = ``users``: the binomial quantile sums
     sqrt(K ln(1 / (1e-12 delta')) / 2) counts below K p, the exact count law ~7 sqrt(K)
     around it; about 64 bytes a count (float64 pmf, cdf, steps, indices). Measured: 2.1 GB
-    (tight) and 3.0 GB (exact) at K = 1e14."""
-    dp = 1e-5 if isinstance(delta_prime, str) else max(float(delta_prime), 1e-300)
+    (tight) and 3.0 GB (exact) at K = 1e14. A delta' of 1/2 or more (possible with "auto")
+    also sums sqrt(K ln(1 / (1e-12 (1 - delta'))) / 2) counts above K p."""
+    auto = isinstance(delta_prime, str)
+    dp = 1e-5 if auto else max(float(delta_prime), 1e-300)
     k = max(float(users), 1.0)
-    window = max(math.sqrt(k * math.log(1.0 / (1e-12 * dp)) / 2.0), 7.0 * math.sqrt(k))
-    return 64.0 * window
+    window = math.sqrt(k * math.log(1.0 / (1e-12 * dp)) / 2.0)
+    if auto or dp >= 0.5:
+        window += math.sqrt(k * math.log(1.0 / (1e-12 * max(1.0 - dp, 2.0**-53))) / 2.0)
+    return 64.0 * max(window, 7.0 * math.sqrt(k))
 
 
 def synthetic_bytes(samples: int, features: int = 20) -> float:

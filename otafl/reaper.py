@@ -5,7 +5,7 @@ processes of a Ray instance that a sweep started.
 :class:`Reaper` starts ``python -I -S otafl/reaper.py PARENT_PID`` (standard library only,
 about 20 ms) with a pipe on its standard input and tells it, one JSON line at a time, what
 to do if the parent dies: remove a path (``remove``; ``remove_if_empty`` for a folder; taken back
-by ``keep``), or end every
+by ``keep``), put a folder set aside back in place (``restore``), or end every
 process that descends from the parent (``tree``: the guard records the parent's
 descendants every :data:`POLL_S` while the parent lives, since a dead parent's children
 are re-parented and can no longer be found through it). :meth:`Reaper.close` (a normal end,
@@ -62,6 +62,11 @@ class Reaper:
         """Remove the folder ``path`` if this process dies before :meth:`keep` and it is empty then
         (a parent folder this process created; paths are handled last registered, first removed)."""
         self._send("rmdir", os.path.abspath(path))
+
+    def restore(self, aside: str | os.PathLike, path: str | os.PathLike) -> None:
+        """If this process dies: rename ``aside`` back to ``path`` when ``path`` is missing (or an
+        empty folder), else remove ``aside`` (``run --overwrite`` sets the old folder aside while it swaps)."""
+        self._send("restore", [os.path.abspath(aside), os.path.abspath(path)])
 
     def keep(self, path: str | os.PathLike) -> None:
         """Take back :meth:`remove` / :meth:`remove_if_empty` for ``path`` (renamed into place, removed)."""
@@ -172,7 +177,7 @@ def _guard(parent: int) -> None:
                 op, arg = json.loads(line)
                 if op == "exit":
                     return
-                if op in ("remove", "rmdir"):
+                if op in ("remove", "rmdir", "restore"):
                     paths.append((op, arg))
                 elif op == "keep":
                     paths = [(o, p) for o, p in paths if p != arg]
@@ -190,6 +195,16 @@ def _guard(parent: int) -> None:
         try:
             if op == "rmdir":
                 os.rmdir(path)  # only if empty
+            elif op == "restore":
+                aside, target = path
+                try:
+                    os.rmdir(target)  # an empty claim (mkdir before the rename) is not the new folder
+                except OSError:
+                    pass
+                if not os.path.lexists(target):
+                    os.rename(aside, target)
+                elif os.path.lexists(aside):
+                    shutil.rmtree(aside, ignore_errors=True)
             elif os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:

@@ -246,11 +246,12 @@ def _reason(e: OSError) -> str:
 def prepare_run_dir(out_dir: str | Path, *, overwrite: bool = False) -> list[Path]:
     """Check, before a run starts, that ``out_dir`` can take its ``summary.json`` and ``rounds.csv``.
 
-    Creates the folder (and missing parents) and proves it writable with a probe file.
+    Creates the missing parent folders (not ``out_dir`` itself: the run publishes it whole,
+    :class:`otafl.publish.RunFolder`, after :func:`stage_run_dir` proved the place writable).
     Refused with a one-line :class:`OtaflInputError` naming the path and the reason: an
-    empty path, a path that is a file or lies under one, a folder that cannot be created
-    or written, and an existing folder that is not empty (an earlier run's results) unless
-    ``overwrite``. Nothing is left behind when refused.
+    empty path, a path that is a file or lies under one, a parent that cannot be created,
+    and an existing folder that is not empty (an earlier run's results) unless ``overwrite``.
+    Nothing is left behind when refused.
 
     Returns the folders it created, outermost first, for :func:`discard_run_dir`.
     """
@@ -273,9 +274,10 @@ def prepare_run_dir(out_dir: str | Path, *, overwrite: bool = False) -> list[Pat
                                   f"replace its summary.json and rounds.csv, or choose another --out")
         for name in ("summary.json", "rounds.csv"):  # --overwrite replaces regular files only
             output_target(out / name, "results file")
+        return []
     created: list[Path] = []
     missing: list[Path] = []
-    probe = out
+    probe = out.parent
     while not (probe.exists() or probe.is_symlink()):
         missing.append(probe)
         if probe.parent == probe:
@@ -287,13 +289,9 @@ def prepare_run_dir(out_dir: str | Path, *, overwrite: bool = False) -> list[Pat
         for folder in reversed(missing):
             folder.mkdir()
             created.append(folder)
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".otafl-write-test.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(tmp)
     except OSError as e:
         discard_run_dir(created)
-        what = "create" if len(created) < len(missing) else "write to"
-        raise OtaflInputError(f"cannot {what} output folder {str(out)!r}: {_reason(e)}") from None
+        raise OtaflInputError(f"cannot create output folder {str(out)!r}: {_reason(e)}") from None
     return created
 
 
@@ -311,18 +309,39 @@ STAGE_MARK = ".partial-"
 
 def stage_run_dir(out_dir: str | Path) -> Path:
     """A hidden sibling folder ``.NAME.partial-PID`` where a new run writes its files, renamed
-    to ``out_dir`` when they are complete (:func:`publish_run_dir`); so a killed run never
-    leaves a half-written ``out_dir``. Stale stages of dead processes are removed first."""
+    to ``out_dir`` when they are complete (:class:`otafl.publish.RunFolder`); so a killed run never
+    leaves a half-written ``out_dir``. Stale stages of dead processes are removed first. A
+    stage that cannot be made (or take a file) is refused in one line (:class:`OtaflInputError`)."""
     out = Path(out_dir)
-    prefix = f".{out.name}{STAGE_MARK}"
+    clean_stale(out)
+    stage = stage_path(out)
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        stage.mkdir()
+        fd, tmp = tempfile.mkstemp(dir=stage, prefix=".otafl-write-test.", suffix=".tmp")  # files can be made
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        shutil.rmtree(stage, ignore_errors=True)
+        what = "write to" if out.is_dir() else "create"
+        raise OtaflInputError(f"cannot {what} output folder {str(out_dir)!r}: {_reason(e)}") from None
+    return stage
+
+
+def clean_stale(out: Path) -> None:
+    """Remove the stages ``.NAME.partial-PID`` of dead processes, and put back an old folder
+    that a killed ``--overwrite`` had set aside (``.NAME.old-PID``) if ``out`` is missing."""
+    from otafl.publish import OLD_MARK, restore_or_remove
+
+    prefix, aside = f".{out.name}{STAGE_MARK}", f".{out.name}{OLD_MARK}"
     for old in out.parent.glob(f"{glob_escape(prefix)}*"):
         pid = old.name[len(prefix):]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
-    stage = stage_path(out)
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
-    return stage
+    for old in out.parent.glob(f"{glob_escape(aside)}*"):  # --overwrite killed mid-swap with its guard
+        pid = old.name[len(aside):]
+        if pid.isdigit() and not _alive(int(pid)):
+            restore_or_remove(old, out)
 
 
 def stage_path(out_dir: str | Path) -> Path:
@@ -343,14 +362,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def publish_run_dir(stage: Path, out_dir: str | Path) -> None:
-    """Rename the complete ``stage`` to ``out_dir`` (which must not exist, or be empty)."""
-    out = Path(out_dir)
-    with contextlib.suppress(OSError):
-        out.rmdir()  # an empty folder made meanwhile
-    os.rename(stage, out)
 
 
 def read_summary(path: str | Path) -> dict:

@@ -127,10 +127,10 @@ def validate(spec: Spec) -> None:
             raise OtaflInputError(f"{key} has {n} values; allowed lengths are 1 (all users), {groups} (one per "
                                   f"SNR group) or {d.users} (one per user)")
     _names("transmit.alignment", tx.alignment, names["transmit.alignment"])
-    if tx.alignment == "truncate":
-        if tx.threshold is None:
-            raise OtaflInputError("transmit.threshold must be set (a gain >= 0) when transmit.alignment = 'truncate'")
-        check_range("transmit.threshold", tx.threshold, 0, None)
+    if tx.alignment == "truncate" and tx.threshold is None:
+        raise OtaflInputError("transmit.threshold must be set (a gain >= 0) when transmit.alignment = 'truncate'")
+    if tx.threshold is not None:  # checked even where unused: nan and inf are never a threshold
+        check_range("transmit.threshold", tx.threshold, 0, None, finite=True)
     _names("sampling.scheme", s.scheme, names["sampling.scheme"])
     check_range("sampling.p", s.p, 0, 1, lo_open=True)
     check_range("sampling.h_th", s.h_th, 0, None, lo_open=True)
@@ -164,7 +164,8 @@ def validate(spec: Spec) -> None:
         check_range("privacy.delta_prime", pv.delta_prime, 0, 1, lo_open=True, hi_open=True)
     if not isinstance(pv.accountants, (list, tuple)):
         raise OtaflInputError(f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. "
-                              f"[{pv.accountants!r}]" if isinstance(pv.accountants, str) else
+                              f"{[a.strip() for a in pv.accountants.strip('[]').split(',') if a.strip()]!r}"
+                              if isinstance(pv.accountants, str) else
                               f"privacy.accountants = {pv.accountants!r} must be a list of names, e.g. ['paper']")
     if isinstance(pv.delta_total, str):
         raise OtaflInputError(f"privacy.delta_total = {pv.delta_total!r} is outside the allowed range (0, 1)")

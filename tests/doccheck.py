@@ -57,6 +57,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -92,7 +93,7 @@ class Block:
 
 def blocks(path: Path) -> list[Block]:
     """The ``console`` blocks of one Markdown file."""
-    out, lines = [], path.read_text().splitlines()
+    out, lines = [], path.read_text(encoding="utf-8").splitlines()
     for i, m, j in _fences(lines):
         info, indent = _info(m.group(2)), len(m.group(1))
         if info and info[0] == "python" and "exec" in info[1:]:
@@ -164,7 +165,7 @@ def unmarked_shell_blocks(path: Path) -> list[str]:
     nor marked ``console {.norun}``, of each ``norun`` block that quotes output under a command
     (module docstring), and of each fence whose options are bare words (``console slow``: the site
     renders such a block as inline code and the prose after it as code)."""
-    out, lines = [], path.read_text().splitlines()
+    out, lines = [], path.read_text(encoding="utf-8").splitlines()
     for i, m, j in _fences(lines):
         raw, info = m.group(2).strip(), _info(m.group(2))
         body = [ln.strip() for ln in lines[i + 1:j] if ln.strip()]
@@ -228,6 +229,23 @@ def _scratch() -> Path:
     return tmp
 
 
+_STOP = threading.Event()  # Ctrl-C: no page starts another command
+_RUNNING: set = set()  # the commands running now (one a page)
+_LOCK = threading.Lock()
+
+
+def _stop_all() -> None:
+    """End every running command (its whole session) and start no other: the page threads
+    then finish at once (Ctrl-C with --jobs)."""
+    _STOP.set()
+    with _LOCK:
+        for proc in _RUNNING:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str]]:
     """The command's exit code and its output as lines: standard output, and of standard error
     the lines otafl writes for a reader (``error:``, ``note:``, ``warning:``), not progress bars."""
@@ -236,10 +254,14 @@ def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str
     # a command past its timeout is ended with everything it started. Being in another session, it
     # would outlive a checker that is killed (CI cancelled, Ctrl-C of pytest): otafl's guard process
     # ends every process the checker started when the checker dies (otafl/reaper.py, tree()).
+    if _STOP.is_set():
+        raise KeyboardInterrupt
     with Reaper() as guard:
         guard.tree()
         proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with _LOCK:
+            _RUNNING.add(proc)
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # a failure of this command, not of the whole check
@@ -250,6 +272,11 @@ def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
+        finally:
+            with _LOCK:
+                _RUNNING.discard(proc)
+    if _STOP.is_set():  # ended by _stop_all, not by itself
+        raise KeyboardInterrupt
     said = [ln for ln in stderr.splitlines() if ln.lstrip().startswith(("error:", "note:", "warning:"))]
     return proc.returncode, stdout.splitlines() + said
 
@@ -266,8 +293,14 @@ def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=pr
     if jobs > 1 and len(paths) > 1:
         # the pages with the most slow commands start first (the longest chains)
         order = sorted(paths, key=lambda p: -sum(len(b.commands) for b in blocks(p) if b.slow and slow))
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        try:
             return [f for page in pool.map(one, order) for f in page]
+        except BaseException:  # Ctrl-C reaches this thread only: end the pages' commands, then wait
+            _stop_all()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     return [f for path in paths for f in one(path)]
 
 
@@ -314,7 +347,7 @@ def _check_page(path: Path, *, slow: bool, update: bool, log, select: str | None
 def _rewrite(path: Path, edits: list[tuple[Command, list[str]]]) -> None:
     """Replace each command's quoted output by what it printed, keeping the ``...`` lines'
     places where the rest still matches (a quoted ``...`` line stays)."""
-    lines = path.read_text().splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines()
     for cmd, actual in sorted(edits, key=lambda e: -e[0].lines[0]):
         start, stop = cmd.lines
         indent = ""
@@ -328,12 +361,31 @@ def _rewrite(path: Path, edits: list[tuple[Command, list[str]]]) -> None:
         if any(p.strip() == "..." for p in patterns) and not actual:
             new.append(indent + "...")
         lines[start:stop] = new
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def doc_files() -> list[Path]:
     """README.md and every Markdown page of the site."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` is no Markdown page this checker can read, or None."""
+    if not path.exists():
+        return "does not exist"
+    if not path.is_file():
+        return "is a folder, not a Markdown file" if path.is_dir() else "is not a regular file"
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    if b"\0" in data:
+        return "is a binary file, not a Markdown page"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); save it as UTF-8"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,8 +399,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--times", action="store_true", help="print each command's wall time")
     args = ap.parse_args(argv)
     paths = [p.resolve() for p in args.files] or doc_files()
-    failures = check(paths, slow=args.slow or args.update, update=args.update, select=args.select, jobs=args.jobs,
-                     times=args.times, log=lambda msg: print(msg, flush=True))
+    for given, path in zip(args.files, paths):
+        problem = _unreadable(path)
+        if problem:
+            print(f"error: {str(given)!r} {problem}", file=sys.stderr)
+            return 2
+    try:
+        failures = check(paths, slow=args.slow or args.update, update=args.update, select=args.select,
+                         jobs=args.jobs, times=args.times, log=lambda msg: print(msg, flush=True))
+    except KeyboardInterrupt:
+        _stop_all()
+        print("error: interrupted; no page was rewritten", file=sys.stderr)
+        return 130
     for f in failures:
         print(f, end="\n\n", file=sys.stderr)
     print(f"{len(failures)} mismatches" if failures else "every quoted output matches")

@@ -129,6 +129,15 @@ BAD = [
     # calibrate
     (["calibrate", "spec.toml", "--target-epsilon", "-1", "--solve", "transmit.sigma2"], "target"),
     (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "model.hidden"], "model.hidden"),
+    # issue 32: named as given, checked even where unused
+    (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "transmit.sigma2", "--delta-total", "0"],
+     "--delta-total = 0.0 is outside the allowed range (0, 1)"),
+    (["calibrate", "spec.toml", "--target-epsilon", "5", "--solve", "transmit.sigma2", "--delta-total", "nan"],
+     "--delta-total = nan"),
+    (["run", "spec.toml", "--set", "transmit.threshold=nan"], "transmit.threshold = nan"),
+    (["run", "spec.toml", "--set", "transmit.threshold=inf"], "transmit.threshold = inf"),
+    (["run", "spec.toml", "--set", "data.name='mnist'", "--set", "data.dir='spec.toml'"],
+     "data_dir 'spec.toml' is a file, not a folder"),
 ]
 
 

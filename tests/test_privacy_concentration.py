@@ -57,6 +57,22 @@ def test_binomial_quantile_edge_probabilities():
     assert m.tolist() == [0.0, 10.0]
 
 
+def test_binomial_quantile_with_a_large_delta_prime_sums_a_bounded_window():
+    """delta' >= 1/2 once summed every count up to K (8 GB at K = 1e9, issue 32); now a
+    Hoeffding window above K p, exact against scipy, and m = K for delta' >= 1."""
+    rng = np.random.default_rng(1)  # seed 1, 200 triples with delta' in [0.5, 1); exact equality
+    K = rng.integers(1, 5000, 200)
+    p = rng.uniform(0, 1, 200)
+    dp = rng.uniform(0.5, 1.0, 200)
+    ours = binomial_lower_quantile(users=torch.tensor(K), p=torch.tensor(p), delta_prime=torch.tensor(dp))
+    assert ours.tolist() == [scipy_quantile(k, pk, d) for k, pk, d in zip(K, p, dp)]
+    big = binomial_lower_quantile(users=10**9, p=torch.tensor([1e-9, 1e-9, 0.5]),
+                                  delta_prime=torch.tensor([1.0, 0.9, 0.9]))
+    assert big[0] == 10**9
+    assert big[1] == np.sum(stats.binom.cdf(np.arange(50), 10**9, 1e-9) <= 0.9)  # mean 1: all below 50
+    assert big[2] == int(stats.binom.ppf(0.9, 10**9, 0.5))
+
+
 def test_binomial_quantile_broadcasts_and_keeps_shape():
     m = binomial_lower_quantile(users=torch.tensor([[50], [200]]), p=torch.tensor([0.2, 0.5, 0.8]),
                                 delta_prime=1e-5)

@@ -67,6 +67,10 @@ def calibrate(spec, target_epsilon, knob, target_delta, accountant, scope, grid_
     from otafl.config import load_spec
 
     overrides = list(overrides) + ([f"train.seed={seed}"] if seed is not None else [])
+    if target_delta is not None:  # named as the user typed it (the library says target_delta)
+        from otafl.errors import check_range
+
+        check_range("--delta-total", target_delta, 0.0, 1.0, lo_open=True, hi_open=True)
     cfg = load_spec(spec, overrides)
     if write_path is not None:
         from otafl.results import output_target

@@ -44,6 +44,7 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
 
     from otafl.api.run import run_to_folder
     from otafl.cli.options import forget_caught_interrupt
+    from otafl.publish import PublishConflict
     from otafl.report.text import run_text
 
     if out_dir is None:
@@ -66,6 +67,9 @@ def run(spec, overrides, out_dir, seed, device, overwrite, quiet):
     old = signal.signal(signal.SIGTERM, terminated) if main_thread else None
     try:
         result = run_to_folder(cfg, out_dir, overwrite=overwrite, device=device, on_round=on_round)
+    except PublishConflict as e:  # another run published OUT while this one trained: nothing replaced
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:  # Ctrl-C: cleaned up like SIGTERM (no partial folder), one line, exit 130
         if main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -87,8 +87,9 @@ def sweep(ctx, spec, out, workers, executor, address, resume, overrides, device,
             report = run_sweep(store, points, workers=workers, device=device, progress=not quiet,
                                executor=executor, address=address)
             store.check_intact()
-        except SweepAborted as e:
-            raise click.ClickException(str(e)) from None
+        except SweepAborted as e:  # a worker died (e.g. out of memory): a failure, not bad input
+            click.echo(f"error: {' '.join(str(e).split())}", err=True)
+            ctx.exit(1)
         except KeyboardInterrupt:
             interrupted = True  # its runs in flight stay `running` for --resume
             if main_thread:  # a second Ctrl-C or SIGTERM: this same line and exit code

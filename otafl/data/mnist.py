@@ -104,6 +104,8 @@ def load_mnist(opts: DatasetOptions) -> Dataset:
     directory = Path(opts.data_dir).expanduser() if opts.data_dir else _DEFAULT_MNIST_DIR
     files = _find_mnist_files(directory)
     if files is None:
+        if directory.exists() and not directory.is_dir():  # nothing could be downloaded into it either
+            raise _missing_mnist_error(directory, "is a file, not a folder")
         why = "does not exist" if not directory.is_dir() else "lacks some MNIST files"
         if not opts.download:
             raise _missing_mnist_error(directory, why + " (download disabled)")

@@ -12,8 +12,8 @@ from typing import Callable
 
 from otafl.errors import OtaflInputError
 
-__all__ = ["SideFileWatch", "StoreLost", "check_intact", "inode_of", "remove_files", "remove_own_side_files",
-           "side_inodes"]
+__all__ = ["ShmGuard", "SideFileWatch", "StoreLost", "check_intact", "inode_of", "remove_files",
+           "remove_own_side_files", "side_inodes"]
 
 #: The WAL and shared-memory index of a WAL-mode database. SQLite finds them by NAME only: a
 #: WAL left beside a file that replaced the database would be replayed into that file by its
@@ -65,6 +65,72 @@ def remove_own_side_files(path: Path, side: dict[str, tuple[int, int]]) -> None:
                 os.unlink(name)
 
 
+SHM_REGION = 32768  # SQLite maps its -shm index in regions of 32 KiB, ...
+FRAMES_PER_REGION = 4062  # ... each indexing this many WAL frames (the first region a few less)
+
+
+class ShmGuard:
+    """The sweep's ``-shm``, held open. SQLite maps that index into memory, so a truncation
+    by another process (issue 32) killed the sweep with SIGBUS and no message at its next
+    access. :meth:`repair`, called by the watch thread every :data:`WATCH_INTERVAL_S` and
+    before each transaction, extends a truncated index back to its size (zeros: SQLite then
+    rebuilds it from the WAL, where every committed run is) and remembers that it did; the
+    sweep then stops with one line (:meth:`ResultStore._transaction`). A truncation in the
+    milliseconds of a commit itself is not covered."""
+
+    def __init__(self, path: Path):
+        self._lock = threading.Lock()
+        self.wal = f"{path}-wal"
+        self.repaired = False
+        try:
+            self.fd: int | None = os.open(f"{path}-shm", os.O_RDWR)
+            self.largest = os.fstat(self.fd).st_size
+        except OSError:
+            self.fd, self.largest = None, 0
+
+    def _wal_regions_bytes(self) -> int:
+        """The index size the WAL's frames need (a growth between two looks is not missed)."""
+        try:
+            with open(self.wal, "rb") as fh:
+                head = fh.read(32)
+                size = os.fstat(fh.fileno()).st_size
+        except OSError:
+            return 0
+        page = int.from_bytes(head[8:12], "big") if len(head) == 32 else 0
+        if page < 512:
+            return 0
+        frames = max(0, size - 32) // (page + 24)
+        return SHM_REGION * (1 + frames // FRAMES_PER_REGION)
+
+    def repair(self) -> bool:
+        """Extend the index back if it shrank since the last look; True if it did (now or before)."""
+        with self._lock:
+            if self.fd is None:
+                return self.repaired
+            try:
+                size = os.fstat(self.fd).st_size
+                if size >= self.largest:
+                    self.largest = size
+                    return self.repaired
+                os.ftruncate(self.fd, max(self.largest, self._wal_regions_bytes()))
+                self.repaired = True
+            except OSError:
+                pass
+            return self.repaired
+
+    @staticmethod
+    def lost(path: Path, done: int) -> StoreLost:
+        return StoreLost(f"the index {str(path)}-shm of results file {str(path)!r} was truncated by another "
+                         f"process during the sweep (restored: {done} finished run(s) kept); rerun with --resume")
+
+    def close(self) -> None:
+        with self._lock:
+            if self.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
+                self.fd = None
+
+
 class SideFileWatch:
     """A daemon thread that checks every :data:`WATCH_INTERVAL_S` seconds that ``path`` is
     still the file (``inode``) a sweep writes and, the moment it was deleted or replaced,
@@ -73,14 +139,17 @@ class SideFileWatch:
     itself notices at its next commit (:func:`check_intact`) and stops with one line."""
 
     def __init__(self, path: Path, inode: tuple[int, int], side: dict[str, tuple[int, int]],
-                 interval: float = WATCH_INTERVAL_S):
+                 interval: float = WATCH_INTERVAL_S, shm: ShmGuard | None = None):
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, args=(path, inode, side, interval), daemon=True,
+        self._thread = threading.Thread(target=self._watch, args=(path, inode, side, interval, shm), daemon=True,
                                         name="otafl-store-watch")
         self._thread.start()
 
-    def _watch(self, path: Path, inode: tuple[int, int], side: dict[str, tuple[int, int]], interval: float) -> None:
+    def _watch(self, path: Path, inode: tuple[int, int], side: dict[str, tuple[int, int]], interval: float,
+               shm: ShmGuard | None) -> None:
         while not self._stop.wait(interval):
+            if shm is not None:
+                shm.repair()
             if inode_of(path) != inode:
                 remove_own_side_files(path, side)
                 return

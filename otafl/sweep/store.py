@@ -56,7 +56,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from otafl.errors import OtaflInputError
 from otafl.results import jsonable, unjson
-from otafl.sweep.durable import SideFileWatch, StoreLost, check_intact, inode_of, remove_files, side_inodes
+from otafl.sweep.durable import (ShmGuard, SideFileWatch, StoreLost, check_intact, inode_of, remove_files,
+                                 side_inodes)
 from otafl.sweep.sqlite_files import (APP_MARKER, _check_header, _check_marker, _connect, _not_ours, _sqlite_error,
                                       _writer_lock, read_only_folder_without_wal)
 from otafl.sweep.identity import GridIdentity, grid_difference
@@ -131,7 +132,8 @@ class ResultStore:
         self._round_cols = self._columns("rounds")
         # a writer's -wal and -shm (open now): removed at once should the file be deleted or replaced
         self._side = side_inodes(path) if self._inode is not None else {}
-        self._watch = SideFileWatch(path, self._inode, self._side) if self._inode is not None else None
+        self._shm = ShmGuard(path) if self._inode is not None else None  # a truncated -shm: SIGBUS otherwise
+        self._watch = SideFileWatch(path, self._inode, self._side, shm=self._shm) if self._inode is not None else None
 
     def _stop_watch(self) -> None:
         if self._watch is not None:
@@ -140,7 +142,11 @@ class ResultStore:
 
     def close(self) -> None:
         self._stop_watch()
+        if self._shm is not None:
+            self._shm.repair()  # closing checkpoints through the index
         self.conn.close()
+        if self._shm is not None:  # after the connection: closing an fd of the -shm drops SQLite's locks on it
+            self._shm.close()
         if self._lock_fd is not None:  # after the connection: closing an fd drops the process's locks
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -156,6 +162,8 @@ class ResultStore:
     def _transaction(self) -> Iterator[None]:
         """One write transaction; an SQLite error (a full disk, a vanished file) becomes a
         one-line :class:`StoreLost` (or :class:`OtaflInputError` for a lock) and rolls back."""
+        if self._shm is not None and self._shm.repair():
+            raise self._shm.lost(self.path, self.count("done"))
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -404,6 +412,8 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
         conn = _connect(p, "rwc")
         conn.execute("BEGIN IMMEDIATE")
         if not conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            if not created and p.stat().st_size > 0:  # someone's SQLite database: table and plot refuse it too
+                raise _not_ours(p, "it is an SQLite database without tables")
             for stmt in _SCHEMA:
                 conn.execute(stmt)
             conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)",
@@ -424,6 +434,8 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
         if store is not None:
             store._stop_watch()
         _close(conn, lock_fd, p if created else None)
+        if store is not None and store._shm is not None:
+            store._shm.close()  # after the connection (closing an fd of the -shm drops SQLite's locks on it)
         if isinstance(e, sqlite3.Error):
             raise _sqlite_error(p, e) from None
         raise
@@ -446,11 +458,15 @@ def discard_if_empty(store: ResultStore) -> bool:
     file at its path is still that one: a file that replaced it is never deleted)."""
     empty = False
     store._stop_watch()
+    if store._shm is not None:
+        store._shm.repair()
     if getattr(store, "created", False) and store._inode is not None and inode_of(store.path) == store._inode:
         with contextlib.suppress(sqlite3.Error):
             empty = store.count("done") + store.count("failed") == 0
     _close(store.conn, store._lock_fd, store.path if empty else None)
     store._lock_fd = None
+    if store._shm is not None:
+        store._shm.close()  # after the connection (closing an fd of the -shm drops SQLite's locks on it)
     return empty
 
 

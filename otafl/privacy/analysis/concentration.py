@@ -170,15 +170,20 @@ def binomial_lower_quantile(*, users, p, delta_prime, max_elements: int = 1 << 2
     K, p, dp = torch.broadcast_tensors(K, p, dp)
     shape = K.shape
     Ku, pu, du = K.reshape(-1), p.reshape(-1), dp.reshape(-1)
-    out = torch.where(pu >= 1, Ku, torch.zeros_like(Ku))  # p = 1: m = K; p = 0: m = 0
-    interior = torch.nonzero((pu > 0) & (pu < 1)).squeeze(1)
+    out = torch.where((pu >= 1) | (dp.reshape(-1) >= 1), Ku, torch.zeros_like(Ku))  # p = 1 or delta' >= 1: m = K
+    interior = torch.nonzero((pu > 0) & (pu < 1) & (dp.reshape(-1) < 1)).squeeze(1)
     if interior.numel() == 0:
         return out.reshape(shape)
     Ku, pu, du = Ku[interior], pu[interior], du[interior]
     mu = Ku * pu
     reach = torch.sqrt(Ku * torch.log(1.0 / (tail_tolerance * du)) / 2.0)
     start = torch.clamp(torch.floor(mu - reach), min=0.0)
-    stop = torch.where(du < 0.5, torch.minimum(torch.ceil(mu), Ku), Ku)
+    # delta' < 1/2: the binomial median is at most ceil(mu), where the CDF already exceeds
+    # delta'. delta' >= 1/2: Hoeffding's upper tail, P(K_t > mu + t) <= exp(-2 t^2 / K) <=
+    # tol (1 - delta'), puts the quantile below mu + t (the CDF there exceeds delta'), so
+    # the window never spans all of K (it did: 8 GB at K = 1e9, delta' = 1).
+    upper = torch.sqrt(Ku * torch.log(1.0 / (tail_tolerance * torch.clamp(1.0 - du, min=1e-300))) / 2.0)
+    stop = torch.where(du < 0.5, torch.minimum(torch.ceil(mu), Ku), torch.minimum(torch.ceil(mu + upper) + 1.0, Ku))
     threshold = torch.where(start > 0, du * (1.0 - tail_tolerance), du)
     log_pmf0 = torch.lgamma(Ku + 1.0) - torch.lgamma(start + 1.0) - torch.lgamma(Ku - start + 1.0) \
         + start * torch.log(pu) + (Ku - start) * torch.log1p(-pu)

@@ -130,6 +130,8 @@ def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
     block_rel_width : blocks n..n + floor(rel n) are lumped (exact below n = 1 / rel).
     exact_window : a window of at most this many counts is never lumped.
     """
+    import warnings
+
     import numpy as np
     from scipy.stats import binom
 
@@ -139,8 +141,10 @@ def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
     N = torch.as_tensor(num_others, dtype=_DT).reshape(-1).expand(B).cpu().numpy().astype(np.int64)
     tm = torch.as_tensor(tail_mass, dtype=_DT).reshape(-1).expand(B).cpu().numpy()
     pn = p.cpu().numpy()
-    lo = np.maximum(binom.ppf(tm / 2, N, pn), 0).astype(np.int64)
-    hi = np.minimum(binom.isf(tm / 2, N, pn), N).astype(np.int64)
+    with warnings.catch_warnings():  # Boost's "Unable to bracket root" at tiny p (issue 32): its nearest
+        warnings.simplefilter("ignore", RuntimeWarning)  # value is kept, the tails below/above are exact anyway
+        lo = np.maximum(np.nan_to_num(binom.ppf(tm / 2, N, pn), nan=0.0), 0).astype(np.int64)
+        hi = np.minimum(np.nan_to_num(binom.isf(tm / 2, N, pn), nan=N.astype(float)), N).astype(np.int64)
     hi = np.maximum(hi, lo)
     below = np.where(lo > 0, binom.cdf(lo - 1, N, pn), 0.0)
     above = np.where(hi < N, binom.sf(hi, N, pn), 0.0)

@@ -181,6 +181,10 @@ def gaussian_conditional_epsilon(*, weights, noise_std, sensitivity: float, delt
     return hi
 
 
+#: Most grid points of one round's PLD (16 MB of float64).
+MAX_PLD_POINTS = 2_000_000
+
+
 def gaussian_round_pld(*, participation_prob: float, weights, noise_std, sensitivity: float,
                        interval: float = 2e-4, tail: float = 1e-15):
     """Pessimistic PLD of one round: (1 - p) (no leakage) + p sum_n w_n Gaussian(Delta, s_n).
@@ -207,13 +211,21 @@ def gaussian_round_pld(*, participation_prob: float, weights, noise_std, sensiti
     mu = sensitivity ** 2 / (2 * s[keep] ** 2)
     sd = np.sqrt(2 * mu)
     z = -ndtri(tail)
-    lo_loss = np.floor((mu - z * sd) / interval).astype(np.int64)
-    hi_loss = np.ceil((mu + z * sd) / interval).astype(np.int64)
+    lo_loss = np.clip(np.floor((mu - z * sd) / interval), -2.0**62, 2.0**62).astype(np.int64)  # castable
+    hi_loss = np.clip(np.ceil((mu + z * sd) / interval), -2.0**62, 2.0**62).astype(np.int64)
     k_lo = int(min(0, lo_loss.min())) if mu.size else 0
-    k_hi = int(max(0, hi_loss.max())) if mu.size else 0
+    # At most MAX_PLD_POINTS grid points (a noise of 1e-30 once asked for ~1e18): the loss
+    # beyond the grid's top goes to +inf, which only raises epsilon (pessimistic).
+    k_top = k_lo + MAX_PLD_POINTS - 1
+    hi_loss = np.minimum(hi_loss, k_top)
+    fits = lo_loss <= hi_loss  # else the whole component lies beyond the grid
+    k_hi = int(max(0, hi_loss[fits].max())) if fits.any() else 0
     probs = np.zeros(k_hi - k_lo + 1)
     probs[-k_lo] += max(0.0, 1.0 - p) + float(w[~keep & (s != 0)].sum())  # no leakage: loss 0
     for wi, mi, si, a, b in zip(w[keep], mu, sd, lo_loss, hi_loss):
+        if a > b:  # the whole component lies beyond the grid
+            inf_mass += wi
+            continue
         edges = np.arange(a, b + 1) * interval  # loss in (edge[i-1], edge[i]] -> edge[i]
         cdf = ndtr((edges - mi) / si)
         part = np.diff(cdf, prepend=0.0)  # part[0]: everything <= edges[0] (moved up to it)

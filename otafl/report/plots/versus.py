@@ -11,6 +11,7 @@ configuration of the other swept keys.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Sequence
 
@@ -20,7 +21,7 @@ from matplotlib.figure import Figure
 from otafl.errors import OtaflInputError
 from otafl.report.plots.common import Curve, finite, mean, merge_identical, seeds_phrase, std
 from otafl.report.plots.kinds import _log_if_wide, epsilon_label, grid
-from otafl.report.table import RunGroup, fmt_value
+from otafl.report.table import RunGroup, flat_params, fmt_value, varying_keys
 from otafl.sweep.store import ResultStore
 
 __all__ = ["DEFAULT_X", "fit_slope", "fit_slopes", "scaling_figure", "series", "slope_text"]
@@ -29,11 +30,24 @@ DEFAULT_X = "data.users"
 _COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
 
 
-def _x_of(g: RunGroup, x: str) -> Any:
-    if x not in g.group:
-        raise OtaflInputError(f"--kind scaling needs {x!r} as a swept key of these runs; "
-                              f"swept keys: {', '.join(g.group) or 'none'} (choose one with --x)")
-    v = g.group[x]
+def _swept(groups: Sequence[RunGroup]) -> list[str]:
+    """Every key that varies between the runs, the sampling keys (shown as the setting) too."""
+    runs = [r for g in groups for r in g.runs]
+    flats = [flat_params(r.params, r.train) for r in runs]
+    sampling = sorted(k for k in set().union(*flats) if k.startswith("sampling.")
+                      and len({json.dumps(f.get(k), default=str) for f in flats}) > 1)
+    return varying_keys(runs) + sampling
+
+
+def _x_of(g: RunGroup, x: str, groups: Sequence[RunGroup]) -> Any:
+    if x in g.group:
+        v = g.group[x]
+    else:  # a sampling key (the setting column shows it, so it groups without being named)
+        values = {json.dumps(flat_params(r.params, r.train).get(x), default=str) for r in g.runs}
+        if x not in _swept(groups) or len(values) != 1:
+            raise OtaflInputError(f"--kind scaling needs {x!r} as a swept key of these runs; "
+                                  f"swept keys: {', '.join(_swept(groups)) or 'none'} (choose one with --x)")
+        v = flat_params(g.runs[0].params, g.runs[0].train).get(x)
     if not finite(v) or v <= 0:
         raise OtaflInputError(f"--kind scaling needs positive numbers for {x!r}; got {v!r}")
     return float(v)
@@ -44,12 +58,21 @@ def series(groups: Sequence[RunGroup], x: str, metric: str) -> dict[str, list[tu
     configurations of the other grouping keys; points without a finite value are left out."""
     out: dict[str, list[tuple[float, float, float]]] = {}
     for g in groups:
-        xv = _x_of(g, x)
+        xv = _x_of(g, x, groups)
         vals = [r.summary.get(metric) for r in g.runs]
         if not any(finite(v) for v in vals):
             continue
-        out.setdefault(g.label_without([x]), []).append((xv, mean(vals), std(vals)))
+        out.setdefault(_curve_label(g, x), []).append((xv, mean(vals), std(vals)))
     return {k: sorted(v) for k, v in out.items()}
+
+
+def _curve_label(g: RunGroup, x: str) -> str:
+    """The curve a group belongs to: its label without ``x`` (and without the setting when
+    ``x`` is the setting's sampling key: its points are the settings)."""
+    if x in g.group or not x.startswith("sampling."):
+        return g.label_without([x])
+    extra = ", ".join(f"{k.split('.')[-1]} = {fmt_value(v)}" for k, v in g.group.items())
+    return g.scheme + (f", {extra}" if extra else "")
 
 
 def fit_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
