@@ -29,7 +29,7 @@ import torch
 from otafl.api.bound import bound_grid
 from otafl.heap import retained_heap
 from otafl.api.defaults import AUDIT_ACCOUNTANTS, AUDIT_SCOPES, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
-from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws
+from otafl.limits import DEFAULT_MAX_DRAWS, MAX_EXACT_INT, check_draws, check_exact_totals
 from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.audit import ADVERSARIES, audit_round, clopper_pearson
@@ -118,6 +118,8 @@ def audit_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
     for value in users:  # the draws pick a count from a window of ~7 sqrt(K) (torch.multinomial: < 2^24)
         check_range("users", value, lo=1, hi=MAX_AUDIT_USERS)
+    if "exact" in accountants and users:  # exact's totals state every user of every round
+        check_exact_totals(max(users), rounds)
     grid_points = math.prod(len(axis) for axis in (users, p, sigma2, clip, snr_db))
     horizons_n = 1 + (rounds is not None)
     check_draws(f"{grid_points} grid points x {2 if scope == 'both' else 1} scopes x {horizons_n} horizons x "

@@ -41,7 +41,8 @@ from typing import Any, Sequence
 import torch
 
 from otafl.api.defaults import DEFAULT_CHANNEL_ROUNDS, DELTA_TOTAL, JSON_NON_FINITE, PAPER_DIM, check_accountants
-from otafl.limits import COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_memory, count_window_bytes
+from otafl.limits import (COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_exact_totals, check_memory,
+                          count_window_bytes)
 from otafl.device import default_threads
 from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
 from otafl.privacy.accountants import (
@@ -347,6 +348,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     if window and users:
         check_memory(f"users = {max(users)} with the {window[0]} accountant (its participant-count window)",
                      count_window_bytes(max(users), delta_prime))
+    if "exact" in accountants and users:  # its totals state every user of every round
+        check_exact_totals(max(users), rounds)
     check_scale("n0", n0, zero=True)
 
     shape = (len(users), len(p), len(sigma2), len(clip), len(snr_db))
