@@ -222,7 +222,7 @@ class RunFolder:
     def __init__(self, out_dir: str | Path, *, overwrite: bool = False):
         self.given = Path(out_dir)
         self.overwrite = overwrite
-        self.out = Path(os.path.realpath(out_dir)) if os.path.islink(out_dir) else Path(out_dir)
+        self.out = Path(os.path.realpath(out_dir) if os.path.islink(out_dir) else os.path.abspath(out_dir))
         self.created: list[Path] = []
         self.stage: Path | None = None
         self.guard = None
@@ -234,6 +234,11 @@ class RunFolder:
 
         if str(self.given).strip():
             check_path_fits(self.given, "output folder")
+            here = os.path.realpath(os.getcwd())
+            if os.path.realpath(self.out) in (here, os.path.dirname(here)) or here.startswith(
+                    os.path.realpath(self.out).rstrip(os.sep) + os.sep):  # published by a rename: never our cwd
+                raise OtaflInputError(f"output folder {str(self.given)!r} is the current folder or holds it; give "
+                                      f"the run a folder of its own, such as runs/my-run")
             with contextlib.suppress(OSError):
                 clean_stale(self.out)  # a dead run's stage, or an old folder a killed --overwrite set aside
         self.created = prepare_run_dir(str(self.given), overwrite=self.overwrite)  # refused here, before training
