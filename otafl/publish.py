@@ -269,6 +269,7 @@ class RunFolder:
                 kept = _kept_name(self.out, self.stage, self.guard)
                 if kept is not None:
                     self.stage = None
+                    kept = kept if self.given.is_symlink() else self.given.parent / kept.name  # as given
                 raise PublishConflict(self.given, kept)
             self._swap()
             return self._done()
