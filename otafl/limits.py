@@ -95,6 +95,20 @@ def count_window_bytes(users: float, delta_prime: float | str = "auto") -> float
     return 64.0 * max(window, 7.0 * math.sqrt(k))
 
 
+def exact_totals_bytes(users: float, rounds: int) -> float:
+    """Estimated peak bytes of ``exact``'s totals over ``rounds`` rounds of ``users`` identical
+    users (``bound``/``audit --rounds``): its per-user facts, stacked over the rounds.
+    Measured: ~25 bytes a user and round (K = 1e6, T = 20); estimated 32 (+16 a user)."""
+    return 8.0 * float(users) * (4 * int(rounds) + 2)
+
+
+def check_exact_totals(users: float, rounds: int | None) -> None:
+    """Refuse, before any allocation, ``exact``'s totals at a ``users`` x ``rounds`` beyond the limit."""
+    if rounds is not None:
+        check_memory(f"users = {users} with the exact accountant's totals over {rounds} rounds (per-user facts)",
+                     exact_totals_bytes(users, rounds))
+
+
 def synthetic_bytes(samples: int, features: int = 20) -> float:
     """Estimated peak bytes of drawing the ``synthetic`` data set of ``samples`` points: the
     float32 features (drawn, shifted by the class means, split into train and test: ~4

@@ -27,9 +27,11 @@ import ctypes
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from otafl.errors import OtaflInputError
+from otafl.results import _reason
 
 AT_FDCWD = -100
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
@@ -155,6 +157,64 @@ def _kept_name(out: Path, stage: Path, guard) -> Path | None:
     return None
 
 
+STAGE_MARK = ".partial-"
+
+
+def stage_run_dir(out_dir: str | Path) -> Path:
+    """A hidden sibling folder ``.NAME.partial-PID`` where a new run writes its files, renamed
+    to ``out_dir`` when they are complete (:class:`RunFolder`); so a killed run never
+    leaves a half-written ``out_dir``. Stale stages of dead processes are removed first. A
+    stage that cannot be made (or take a file) is refused in one line (:class:`OtaflInputError`)."""
+    out = Path(out_dir)
+    clean_stale(out)
+    stage = stage_path(out)
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        stage.mkdir()
+        fd, tmp = tempfile.mkstemp(dir=stage, prefix=".otafl-write-test.", suffix=".tmp")  # files can be made
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        shutil.rmtree(stage, ignore_errors=True)
+        what = "write to" if out.is_dir() else "create"
+        raise OtaflInputError(f"cannot {what} output folder {str(out_dir)!r}: {_reason(e)}") from None
+    return stage
+
+
+def clean_stale(out: Path) -> None:
+    """Remove the stages ``.NAME.partial-PID`` of dead processes, and put back an old folder
+    that a killed ``--overwrite`` had set aside (``.NAME.old-PID``) if ``out`` is missing."""
+    prefix, aside = f".{out.name}{STAGE_MARK}", f".{out.name}{OLD_MARK}"
+    for old in out.parent.glob(f"{glob_escape(prefix)}*"):
+        pid = old.name[len(prefix):]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    for old in out.parent.glob(f"{glob_escape(aside)}*"):  # --overwrite killed mid-swap with its guard
+        pid = old.name[len(aside):]
+        if pid.isdigit() and not _alive(int(pid)):
+            restore_or_remove(old, out)
+
+
+def stage_path(out_dir: str | Path) -> Path:
+    """Where this process stages ``out_dir`` (:func:`stage_run_dir`): ``.NAME.partial-PID`` beside it."""
+    out = Path(out_dir)
+    return out.parent / f".{out.name}{STAGE_MARK}{os.getpid()}"
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class RunFolder:
     """One run's output folder: checked on entry, published by :meth:`publish`, cleaned up on
     any exit without it (an exception, Ctrl-C, SIGTERM) and, by the guard, after a kill."""
@@ -162,7 +222,7 @@ class RunFolder:
     def __init__(self, out_dir: str | Path, *, overwrite: bool = False):
         self.given = Path(out_dir)
         self.overwrite = overwrite
-        self.out = Path(os.path.realpath(out_dir)) if os.path.islink(out_dir) else Path(out_dir)
+        self.out = Path(os.path.realpath(out_dir) if os.path.islink(out_dir) else os.path.abspath(out_dir))
         self.created: list[Path] = []
         self.stage: Path | None = None
         self.guard = None
@@ -170,11 +230,15 @@ class RunFolder:
 
     def __enter__(self) -> "RunFolder":
         from otafl.reaper import Reaper
-        from otafl.results import (check_path_fits, clean_stale, discard_run_dir, prepare_run_dir, stage_path,
-                                   stage_run_dir)
+        from otafl.results import check_path_fits, discard_run_dir, prepare_run_dir
 
         if str(self.given).strip():
             check_path_fits(self.given, "output folder")
+            here = os.path.realpath(os.getcwd())
+            if os.path.realpath(self.out) in (here, os.path.dirname(here)) or here.startswith(
+                    os.path.realpath(self.out).rstrip(os.sep) + os.sep):  # published by a rename: never our cwd
+                raise OtaflInputError(f"output folder {str(self.given)!r} is the current folder or holds it; give "
+                                      f"the run a folder of its own, such as runs/my-run")
             with contextlib.suppress(OSError):
                 clean_stale(self.out)  # a dead run's stage, or an old folder a killed --overwrite set aside
         self.created = prepare_run_dir(str(self.given), overwrite=self.overwrite)  # refused here, before training
@@ -205,6 +269,7 @@ class RunFolder:
                 kept = _kept_name(self.out, self.stage, self.guard)
                 if kept is not None:
                     self.stage = None
+                    kept = kept if self.given.is_symlink() else self.given.parent / kept.name  # as given
                 raise PublishConflict(self.given, kept)
             self._swap()
             return self._done()

@@ -304,66 +304,6 @@ def discard_run_dir(created: list[Path]) -> None:
             break
 
 
-STAGE_MARK = ".partial-"
-
-
-def stage_run_dir(out_dir: str | Path) -> Path:
-    """A hidden sibling folder ``.NAME.partial-PID`` where a new run writes its files, renamed
-    to ``out_dir`` when they are complete (:class:`otafl.publish.RunFolder`); so a killed run never
-    leaves a half-written ``out_dir``. Stale stages of dead processes are removed first. A
-    stage that cannot be made (or take a file) is refused in one line (:class:`OtaflInputError`)."""
-    out = Path(out_dir)
-    clean_stale(out)
-    stage = stage_path(out)
-    shutil.rmtree(stage, ignore_errors=True)
-    try:
-        stage.mkdir()
-        fd, tmp = tempfile.mkstemp(dir=stage, prefix=".otafl-write-test.", suffix=".tmp")  # files can be made
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as e:
-        shutil.rmtree(stage, ignore_errors=True)
-        what = "write to" if out.is_dir() else "create"
-        raise OtaflInputError(f"cannot {what} output folder {str(out_dir)!r}: {_reason(e)}") from None
-    return stage
-
-
-def clean_stale(out: Path) -> None:
-    """Remove the stages ``.NAME.partial-PID`` of dead processes, and put back an old folder
-    that a killed ``--overwrite`` had set aside (``.NAME.old-PID``) if ``out`` is missing."""
-    from otafl.publish import OLD_MARK, restore_or_remove
-
-    prefix, aside = f".{out.name}{STAGE_MARK}", f".{out.name}{OLD_MARK}"
-    for old in out.parent.glob(f"{glob_escape(prefix)}*"):
-        pid = old.name[len(prefix):]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    for old in out.parent.glob(f"{glob_escape(aside)}*"):  # --overwrite killed mid-swap with its guard
-        pid = old.name[len(aside):]
-        if pid.isdigit() and not _alive(int(pid)):
-            restore_or_remove(old, out)
-
-
-def stage_path(out_dir: str | Path) -> Path:
-    """Where this process stages ``out_dir`` (:func:`stage_run_dir`): ``.NAME.partial-PID`` beside it."""
-    out = Path(out_dir)
-    return out.parent / f".{out.name}{STAGE_MARK}{os.getpid()}"
-
-
-def glob_escape(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_summary(path: str | Path) -> dict:
     with open(path, encoding="utf-8") as fh:
         return unjson(json.load(fh))

@@ -158,7 +158,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 #: uses it, the strategies' implementations (otafl.fl) below the spec that names them.
 LAYERS = [
     ("otafl.errors", "otafl.names", "otafl.limits", "otafl.device", "otafl.progress", "otafl.results", "otafl.heap",
-     "otafl.reaper"),
+     "otafl.reaper", "otafl.publish"),
     ("otafl.privacy",),
     ("otafl.channel", "otafl.transmit", "otafl.sampling", "otafl.estimate", "otafl.data", "otafl.models"),
     ("otafl.fl",),

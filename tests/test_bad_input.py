@@ -138,6 +138,11 @@ BAD = [
     (["run", "spec.toml", "--set", "transmit.threshold=inf"], "transmit.threshold = inf"),
     (["run", "spec.toml", "--set", "data.name='mnist'", "--set", "data.dir='spec.toml'"],
      "data_dir 'spec.toml' is a file, not a folder"),
+    (["run", "spec.toml", "--out", ".", "--overwrite"], "output folder '.' is the current folder or holds it"),
+    (["bound", "--accountant", "exact", "--users", "1000000000", "--p", "1e-9", "--rounds", "3"],
+     "users = 1000000000 with the exact accountant's totals over 3 rounds (per-user facts) needs about 104 GiB"),
+    (["audit", "--users", "1000000000", "--p", "1e-9", "--samples", "10", "--rounds", "3"],
+     "users = 1000000000 with the exact accountant's totals over 3 rounds"),
 ]
 
 

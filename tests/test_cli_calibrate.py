@@ -99,7 +99,7 @@ def test_rounds_json_value_is_an_integer():
     (["--solve", "transmit.sigma2", "--target-epsilon", "10", "--range", "a,b"], "--range = 'a'"),
     (["--solve", "transmit.sigma", "--target-epsilon", "10"], "transmit.sigma"),
     (["--solve", "train.rounds", "--target-epsilon", "10", "--range", "0,9"], "[1, inf)"),
-    (["--solve", "transmit.sigma2", "--target-epsilon", "10", "--target-delta", "2"], "target_delta = 2.0"),
+    (["--solve", "transmit.sigma2", "--target-epsilon", "10", "--target-delta", "2"], "--delta-total = 2.0"),
     (["--solve", "transmit.sigma2", "--target-epsilon", "10", "--set", "sampling.p=3"], "sampling.p = 3"),
     (["--solve", "transmit.sigma2", "--target-epsilon", "0.5", "--accountant", "tight", "--range", "0.001,1",
       "--grid-points", "4"], "no transmit.sigma2 in [0.001, 1] meets tight central epsilon_total <= 0.5: the best found is"),

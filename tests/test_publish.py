@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import otafl.publish as publish
 from otafl.cli.main import cli
 from otafl.publish import PublishConflict, RunFolder
-from otafl.results import clean_stale
+from otafl.publish import clean_stale
 
 REPO = str(Path(__file__).resolve().parents[1])
 TINY = """

@@ -14,8 +14,8 @@ from typing import Sequence
 
 from otafl.api.defaults import check_accountants
 from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
-from otafl.limits import (COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_draws, check_memory,
-                          count_window_bytes)
+from otafl.limits import (COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_draws, check_exact_totals,
+                          check_memory, count_window_bytes)
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
 from otafl.privacy.knobs import check_user_sampling
 from otafl.privacy.names import ADVERSARIES, COMPOSITIONS
@@ -92,6 +92,8 @@ def check_grid_memory(*, users, p, sigma2, clip, snr_db, accountants: Sequence[s
     if window and users:
         check_memory(f"users = {max(users)} with the {window[0]} accountant (its participant-count window)",
                      count_window_bytes(max(users), delta_prime))
+    if "exact" in accountants and users:  # its totals state every user of every round
+        check_exact_totals(max(users), rounds)
     check_scale("n0", n0, zero=True)
     points = math.prod((len(users), len(p), len(sigma2), len(clip), len(snr_db)))
     span = max(evaluated_rounds, rounds or 1)  # the rounds axis a chunk materialises
@@ -113,6 +115,8 @@ def check_audit_grid(*, users, p, sigma2, clip, snr_db, accountants: Sequence[st
     check_range("dim", dim, lo=1, hi=MAX_EXACT_INT)
     for value in users:  # the draws pick a count from a window of ~7 sqrt(K) (torch.multinomial: < 2^24)
         check_range("users", value, lo=1, hi=MAX_AUDIT_USERS)
+    if "exact" in accountants and users:  # exact's totals state every user of every round
+        check_exact_totals(max(users), rounds)
     grid_points = math.prod(len(axis) for axis in (users, p, sigma2, clip, snr_db))
     horizons_n = 1 + (rounds is not None)
     check_draws(f"{grid_points} grid points x {2 if scope == 'both' else 1} scopes x {horizons_n} horizons x "
