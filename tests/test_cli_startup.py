@@ -108,8 +108,8 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 BAD_VALUES = [  # one-line input errors found by the torch-free checks (otafl/api/checks.py, otafl/validation.py)
     (["bound", "--p", "2"], "error: p = 2.0 is outside the allowed range (0, 1]"),
     (["bound", "--snr-db", "2000"], "error: snr_db = 2000.0 is outside the allowed range [-100, 100]"),
-    (["bound", "--p", "0.5", "--rounds", "1000000000000"], "error: a grid of 1 points x 1000000000000 rounds x 1 "
-     "accountants needs about 349 TiB, over the memory limit of 8 GiB (raise it with otafl --memory-limit GB or "
+    (["bound", "--p", "0.5", "--rounds", "1000000000000"], "error: users = 200 with the exact accountant's "
+     "totals over 1000000000000 rounds (per-user facts) needs about 5.68 PiB, over the memory limit of 8 GiB (raise it with otafl --memory-limit GB or "
      "OTAFL_MEMORY_LIMIT_GB)"),
     (["audit", "--p", "0.5", "--samples", "0"], "error: samples = 0 is outside the allowed range [1, inf)"),
     (["plot-accountants", "--p", "2", "--out", "OUT/a.png"], "error: p = 2.0 is outside the allowed range (0, 1]"),
