@@ -83,6 +83,20 @@ def test_the_choices_are_the_registries():
     from otafl.privacy.accountants.registry import ACCOUNTANTS
 
     assert otafl.device.DEVICES is names.DEVICES
+    import otafl.channel.fading
+    import otafl.data
+    import otafl.estimate
+    import otafl.fl.optim
+    import otafl.models
+    import otafl.sampling
+
+    for module, key in ((otafl.models, "MODELS"), (otafl.data, "DATASETS"), (otafl.data, "SPLITS"),
+                        (otafl.channel.fading, "FADING_MODELS"), (otafl.sampling, "SAMPLING_SCHEMES"),
+                        (otafl.estimate, "ESTIMATORS"), (otafl.fl.optim, "OPTIMIZERS")):
+        registry = getattr(names, key)
+        assert getattr(module, key) is registry  # spec validation reads the very registry the module builds from
+        for name in registry:  # every entry resolves to its implementation
+            assert callable(registry[name]), (key, name)
     assert otafl.privacy.audit.ADVERSARIES is privacy_names.ADVERSARIES
     assert otafl.privacy.analysis.steps.COMPOSITIONS is privacy_names.COMPOSITIONS
     assert otafl.api.audit.SCOPES is defaults.AUDIT_SCOPES
