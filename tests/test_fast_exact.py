@@ -2,7 +2,7 @@
 
 Seeded random inputs; tolerances stated per test. Every faster path must keep the bounds
 upper bounds: the compacted root finder stays inside the reference's bracket, the
-rounded and strided ``exact`` totals are never below the unrounded, every-point ones.
+rounded ``exact`` totals are never below the unrounded ones.
 """
 
 from __future__ import annotations
@@ -134,10 +134,10 @@ def test_fast_exact_total_against_the_previous_implementation(monkeypatch, kind)
 
 
 @pytest.mark.parametrize("kind", ["central", "local"])
-def test_rounded_strided_total_is_at_least_the_unrounded_one(kind):
-    """Rounding to the leakier side (the channel noise down, a local row's p up) and eq. (1)'s
-    chords between every 4th point only raise the total: at least the unrounded, every-point
-    total (1e-9), and within 1 % of it (the grids' own cost on these few varied rounds)."""
+def test_rounded_total_is_at_least_the_unrounded_one(kind):
+    """Rounding to the leakier side (the channel noise down, a local row's p up) only raises the
+    total: at least the unrounded total (1e-9), and within 1 % of it (the grids' own cost on
+    these few, widely varied rounds)."""
     facts = _random_facts(4)
     engine.clear_caches()
     exact = engine.compose_exact_rounds(engine.run_row_keys(facts, kind, engine.NO_ROUNDING), delta_target=1e-5,

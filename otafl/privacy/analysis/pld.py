@@ -99,9 +99,7 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
       save more than a relative ``slack`` of that epsilon (estimated from eq. (5)'s
       log-slope);
     - evaluated at every ``stride``-th point (and the last) and, in between, replaced by
-      its chord in e^eps (above the convex true profile), and evaluated there too at the
-      points where some row's chord is below eq. (5) (where eq. (1) sets the bound), with
-      the law of n lumped into
+      its chord in e^eps (above the convex true profile), with the law of n lumped into
       blocks over which the absent variance grows by at most a relative ``lump``
       (:func:`_others_upper`).
 
@@ -167,14 +165,6 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
             frac = ((x - xa) / (xb - xa)).clamp(0.0, 1.0)
             full = u1[:, seg] + (u1[:, seg + 1] - u1[:, seg]) * frac
             full[:, sparse] = u1
-            # Where some row's chord undercuts eq. (5), eq. (1) decides the bound there: evaluate
-            # it exactly at those points too (the chord alone can be loose in low dimensions).
-            off = torch.ones(E, dtype=torch.bool)
-            off[sparse] = False
-            cols = torch.nonzero(off & (full < up[cand]).any(0)).reshape(-1)
-            if cols.numel():
-                full[:, cols] = torch.minimum(full[:, cols],
-                                              _others_upper(eps[cols], spec, cand, grid, max_elements, lump))
         up[cand] = torch.minimum(up[cand], full)
     return up
 
