@@ -84,7 +84,7 @@ def _lower_convex_envelope_scan(x, y):
 
 def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
                   probe_delta: float | None = None, slack: float = 1e-3, stride: int = 1,
-                  lump: float = 0.01, max_elements: int = 1 << 16) -> torch.Tensor:
+                  lump: float = 0.01, max_elements: int = 1 << 18) -> torch.Tensor:
     """Upper bound on each row's profile at the points ``eps`` (increasing): eq. (5), and eq. (1) where it helps.
 
     Both equations bound the same delta, so any pointwise choice between them, or any
