@@ -25,6 +25,11 @@ p = 0.5, N0 = 1, d = 7850) with ``privacy.accountants = []``: its per-round
   ``exact_account_ms_round_K10000_run`` the same for the rounds of the loop's own bounds-only
   run of ``experiments/large-k.toml`` at K = 10^4 (d = 210), whose channel noise varies far
   more than the synthetic gains' (``exact_total_central_K10000_run`` / ``_local_``: its totals);
+- ``exact_account_ms_round_paper_run``: ``account_run(..., accountants=["exact"])`` of the
+  run's own facts at the run's total delta (``--delta-total``, 1e-5 as ``privacy.delta_total``),
+  caches cleared, per round (issue 31's target: at most 1.5 ms);
+  ``paper_tight_account_ms_round_paper_run`` the same for ``paper`` and ``tight`` together
+  (target 0.5 ms), ``paper_run_totals`` their totals;
 - ``account_run_s``: a whole ``account_run(..., accountants=["exact"])`` (caches cleared,
   measured first), and ``rss_growth_mib`` the largest growth of this process's resident
   memory during it (sampled every 5 ms); ``peak_rss_mib`` the process's peak at the end
@@ -132,7 +137,7 @@ def large_k(rounds: int, delta_l: float, users=(1000, 10_000, 100_000)) -> dict:
     # three decades (0.7 to 1,400) where the synthetic gains above span one.
     facts = run_facts("experiments/large-k.toml", rounds, ["data.users=10000"])
     engine.clear_caches()
-    result, cpu, _ = timed(lambda: account_run(facts, accountants=["exact"], delta_l=delta_l))
+    result, cpu, _ = timed(lambda: account_run(facts, accountants=["exact"], delta_l=delta_l, delta_target=1e-5))
     fields = result["exact"].summary_fields()
     out["exact_account_ms_round_K10000_run"] = 1e3 * cpu / rounds
     out["exact_total_central_K10000_run"] = fields.get("exact_epsilon_central_total")
@@ -147,6 +152,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--uncached-rounds", type=int, default=10)
     ap.add_argument("--reference-rounds", type=int, default=100)
     ap.add_argument("--delta-l", type=float, default=1e-5)
+    ap.add_argument("--delta-total", type=float, default=1e-5, help="the run's privacy.delta_total (paper_run keys)")
     ap.add_argument("--set", action="append", default=[], help="spec override, e.g. sampling.scheme=channel-aware")
     ap.add_argument("--large-k-rounds", type=int, default=1000, help="rounds of the K = 1e3..1e5 keys (0: skip)")
     ap.add_argument("--json", action="store_true")
@@ -171,6 +177,17 @@ def main(argv=None) -> dict:
     out["rss_growth_mib"] = growth
     ex = result["exact"]
     out["summary"] = {k: v for k, v in ex.summary_fields().items() if "total" in k or "composition" in k}
+    # The run's own accounting, as the loop does it (account_run at privacy.delta_total), caches
+    # cleared: exact alone, then paper and tight together.
+    target = float(args.delta_total)
+    engine.clear_caches()
+    _, cpu, wall = timed(lambda: account_run(facts, accountants=["exact"], delta_l=dl, delta_target=target))
+    out["exact_account_ms_round_paper_run"] = 1e3 * cpu / T
+    out["exact_account_ms_round_paper_run_wall"] = 1e3 * wall / T
+    res, cpu, _ = timed(lambda: account_run(facts, accountants=["paper", "tight"], delta_l=dl, delta_target=target))
+    out["paper_tight_account_ms_round_paper_run"] = 1e3 * cpu / T
+    out["paper_run_totals"] = {k: v for name in ("paper", "tight") for k, v in res[name].summary_fields().items()
+                               if "epsilon" in k and "total" in k}
     # Per-round epsilons through the engine (cold cache).
     engine.clear_caches()
 

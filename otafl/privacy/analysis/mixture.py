@@ -63,6 +63,21 @@ def _tail_excess(u, eps, log_pi, log_1mpi, w, W, a):
     return exp_diff(log_pos, torch.logaddexp(log_neg1, log_neg0))
 
 
+def _ratio_terms(u, eps, cA, cB, iw, iW, a):
+    """G(u) = L(u) - eps and dG/du from precomputed constants (cA = log(1 - pi) - log(w) / 2,
+    cB = log(pi) - log(W) / 2, iw = 1 / w, iW = 1 / W): :func:`_likelihood_ratio` with
+    fewer temporaries (the Newton loop's kernel)."""
+    um, up = u - a, u + a
+    A = cA - 0.5 * u * u * iw
+    B = cB - 0.5 * um * um * iW
+    C = cB - 0.5 * up * up * iW
+    G = torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
+    sAB = torch.sigmoid(A - B)
+    sAC = torch.sigmoid(A - C)
+    dG = (sAC - sAB) * u * iw - (1 - sAB) * um * iW + (1 - sAC) * up * iW
+    return G, dG
+
+
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
                          max_iter: int = 200, rtol: float = 1e-13
@@ -72,6 +87,10 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     Eq. (3) of the module docstring with the root u_1 of L(u) = eps bracketed by Newton
     steps safeguarded by bisection. The initial bracket is explicit: L(eps W / 2a) <= eps
     and L(u) >= B - max(A, C) - log 2 >= eps beyond the larger root of a quadratic.
+    The iterations run on the elements not yet converged only (compacted), so a batch
+    costs its elements' own iterations, not its slowest element's times its size; each
+    element's result is that of :func:`mixture_hockey_stick_reference` (same steps, up to
+    the rounding of the precomputed constants).
 
     Parameters
     ----------
@@ -88,14 +107,14 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     eps, lam, w, W, a = torch.broadcast_tensors(*(torch.as_tensor(x, dtype=_DT) for x in
                                                   (eps, log_odds, absent_var, present_var,
                                                    half_sensitivity)))
+    shape = eps.shape
+    eps, lam, w, W, a = (t.reshape(-1) for t in (eps, lam, w, W, a))
     full = torch.isposinf(lam)
     w = torch.where(full, torch.ones_like(w), w)  # irrelevant where pi = 1; keeps logs finite
     log_pi = F.logsigmoid(lam)
     log_1mpi = torch.where(full, torch.full_like(lam, -math.inf), F.logsigmoid(-lam))
 
     u_star = eps * W / (2 * a)
-    # Explicit upper bracket: B - C = 2ua/W >= eps + log 2 and B - A >= eps + log 2, the
-    # latter a quadratic alpha u^2 + beta u + gamma >= 0 (alpha >= 0, beta > 0).
     alpha = 0.5 / w - 0.5 / W
     beta = a / W
     gamma = lam + 0.5 * torch.log(w / W) - a * a / (2 * W) - eps - _LOG2
@@ -104,13 +123,14 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
                          torch.full_like(gamma, -math.inf))
     hi = torch.maximum(torch.maximum(u_star, (eps + _LOG2) * W / (2 * a)), r_plus)
     hi = hi + 1e-12 * hi.abs() + 1e-300
-    lo = u_star.clone()
-
-    args = (eps, log_pi, log_1mpi, w, W, a)
-    lo = torch.where(full, u_star, lo)
+    lo = torch.where(full, u_star, u_star.clone())
     hi = torch.where(full, u_star, hi)
-    g_lo, _ = _likelihood_ratio(lo, *args)
-    g_hi, _ = _likelihood_ratio(hi, *args)
+
+    cA = log_1mpi - 0.5 * torch.log(w)
+    cB = log_pi - 0.5 * torch.log(W)
+    iw, iW = 1.0 / w, 1.0 / W
+    g_lo, _ = _ratio_terms(lo, eps, cA, cB, iw, iW, a)
+    g_hi, _ = _ratio_terms(hi, eps, cA, cB, iw, iW, a)
     g_lo = g_lo.clamp(max=0.0)
     g_hi = g_hi.clamp(min=0.0)
 
@@ -120,61 +140,79 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         return torch.where(ok, xs, 0.5 * (lo + hi))
 
     x = torch.where(full, u_star, secant_or_mid(lo, hi, g_lo, g_hi))
-    # Equal variances (w = W): with z = exp(u a / W), L(u) = eps is the quadratic
-    # pi c z^2 - (1 - pi)(e^eps - 1) z - pi c e^eps = 0, c = exp(-a^2 / 2W); its positive root
-    # (in log space) starts Newton at the answer, which then only confirms it.
     equal = (w == W) & ~full
     if bool(equal.any()):
         log_2a = _LOG2 + log_pi - a * a / (2 * W)
-        b = log_1mpi + log_expm1(eps)  # log((1 - pi)(e^eps - 1)), -inf at eps = 0
+        b = log_1mpi + log_expm1(eps)
         k = log_2a + eps / 2
         log_z = torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a
         x_eq = W * log_z / a
         x = torch.where(equal & torch.isfinite(x_eq) & (x_eq >= lo) & (x_eq <= hi), x_eq, x)
-    done = full.clone()
+
+    # Newton on the elements not yet converged (converged ones are frozen, as in the reference).
+    idx = torch.nonzero(~full).reshape(-1)
+    par = [t[idx] for t in (eps, cA, cB, iw, iW, a)]
+    xs, los, his, gls, ghs = (t[idx] for t in (x, lo, hi, g_lo, g_hi))
     for _ in range(max_iter):
-        # Converged elements are frozen, so each element's result does not depend on
-        # what else is in the batch (chunked and whole evaluations agree).
-        G, dG = _likelihood_ratio(x, *args)
+        if idx.numel() == 0:
+            break
+        G, dG = _ratio_terms(xs, *par)
         pos = G > 0
-        upd = ~done & torch.isfinite(G)
-        hi = torch.where(upd & pos, x, hi)
-        g_hi = torch.where(upd & pos, G, g_hi)
-        lo = torch.where(upd & ~pos, x, lo)
-        g_lo = torch.where(upd & ~pos, G, g_lo)
-        step = G / dG
-        x_new = x - step
-        bad = ~((x_new >= lo) & (x_new <= hi))
-        x_next = torch.where(bad, secant_or_mid(lo, hi, g_lo, g_hi), x_new)
-        tol = rtol * (1.0 + x.abs())
-        now_done = (step.abs() < tol) | (hi - lo < tol) | (G == 0) | ~torch.isfinite(G)
-        x = torch.where(done | now_done, x, x_next)
-        done = done | now_done
-        if bool(done.all()):
-            break
-    # Tighten the bracket around the Newton point on both sides. Where L - eps is flat to
-    # rounding there (large variances: L(u) ~ 2 u a / W), a step of tau may not change its
-    # computed sign; the step then grows by 4x until it does (or reaches the bracket's end),
-    # so a stale far end never inflates the slack term below.
-    tau = 4 * rtol * (1.0 + x.abs())
+        upd = torch.isfinite(G)
+        his = torch.where(upd & pos, xs, his)
+        ghs = torch.where(upd & pos, G, ghs)
+        los = torch.where(upd & ~pos, xs, los)
+        gls = torch.where(upd & ~pos, G, gls)
+        # Newton on log L(u) - log eps (same root and sign where L > 0): L grows like
+        # exp(c u^2) where user k's branch is rare, and Newton on L itself then crawls
+        # (steps of about 1 / (2 c u)); on its log it converges in a few steps.
+        L = G + par[0]
+        step = torch.where((L > 0) & (par[0] > 0), L * (torch.log(L) - torch.log(par[0])) / dG, G / dG)
+        step = torch.where(torch.isfinite(step), step, G / dG)
+        x_new = xs - step
+        bad = ~((x_new >= los) & (x_new <= his))
+        x_next = torch.where(bad, secant_or_mid(los, his, gls, ghs), x_new)
+        tol = rtol * (1.0 + xs.abs())
+        now_done = (step.abs() < tol) | (his - los < tol) | (G == 0) | ~torch.isfinite(G)
+        if bool(now_done.any()):
+            fin = idx[now_done]
+            x[fin], lo[fin], hi[fin] = xs[now_done], los[now_done], his[now_done]
+            keep = ~now_done
+            idx = idx[keep]
+            par = [t[keep] for t in par]
+            xs, los, his, gls, ghs = x_next[keep], los[keep], his[keep], gls[keep], ghs[keep]
+        else:
+            xs = x_next
+    if idx.numel():  # max_iter reached: the current brackets
+        x[idx], lo[idx], hi[idx] = xs, los, his
+
+    # Tighten the bracket around the Newton point on both sides (see the reference); only
+    # the elements whose bracket is still wider than 2.5 tau are iterated again.
+    idx = torch.nonzero(~full).reshape(-1)
+    par = [t[idx] for t in (eps, cA, cB, iw, iW, a)]
+    xs, los, his = x[idx], lo[idx], hi[idx]
+    tau = 4 * rtol * (1.0 + xs.abs())
     for _ in range(40):
-        for cand in (x - tau, x + tau):
-            G, _ = _likelihood_ratio(cand, *args)
-            inside = (cand > lo) & (cand < hi) & ~full
-            lo = torch.where(inside & (G <= 0), cand, lo)
-            hi = torch.where(inside & (G > 0), cand, hi)
-        if not bool(((hi - lo > 2.5 * tau) & ~full).any()):
+        for cand in (xs - tau, xs + tau):
+            G, _ = _ratio_terms(cand, *par)
+            inside = (cand > los) & (cand < his)
+            los = torch.where(inside & (G <= 0), cand, los)
+            his = torch.where(inside & (G > 0), cand, his)
+        wide = his - los > 2.5 * tau
+        lo[idx], hi[idx] = los, his
+        if not bool(wide.any()):
             break
-        tau = torch.where(hi - lo > 2.5 * tau, 4 * tau, tau)
-    # eps = 0: L is odd in u (P and Q are mirror images), so its root is u = 0 exactly.
+        idx = idx[wide]
+        par = [t[wide] for t in par]
+        xs, los, his, tau = xs[wide], los[wide], his[wide], 4 * tau[wide]
     zero = (eps == 0) & ~full
     lo = torch.where(zero, torch.zeros_like(lo), lo)
     hi = torch.where(zero, torch.zeros_like(hi), hi)
 
+    args = (eps, log_pi, log_1mpi, w, W, a)
     lower = _tail_excess(lo, *args).clamp(min=0.0)
-    # Bracket slack: (hi - lo) * max over [lo, hi] of pi phi_W(u - a).
     dist = torch.clamp(torch.maximum(lo - a, a - hi), min=0.0)
     log_slack = (log_pi + torch.log(hi - lo) - dist * dist / (2 * W) - 0.5 * torch.log(W)
                  - _HALF_LOG_2PI)
     upper = _tail_excess(hi, *args).clamp(min=0.0) + torch.exp(log_slack)
-    return upper, lower
+    return upper.reshape(shape), lower.reshape(shape)

@@ -1,0 +1,110 @@
+"""Time a Table II-style sweep with and without its accountants: what accounting adds to a sweep.
+
+The points are those of ``experiments/paper-table2a.toml`` (uniform p = 0.1 ... 0.9 plus
+channel-aware sampling, K = 200, AR Rician fading, d = 7850), one seed, run by
+:func:`otafl.fl.loop.run_experiment` on one process pool of ``--workers`` processes (one
+torch thread each): first every point with ``privacy.accountants = []``, then every point
+with the preset's accountants (``exact``, ``paper``, ``tight``), on the same pool, so
+the second pass runs in warm processes as a sweep's later points do (imports done, the
+accountants' in-process caches as a sweep leaves them).
+
+Keys: ``without_s`` / ``with_s`` (CPU seconds summed over the runs, each run timed by
+``time.process_time`` in its worker: the work done, not the loaded machine's wall clock),
+``without_wall_s`` / ``with_wall_s`` (wall clock of each pass), ``accounting_overhead`` =
+(with_s - without_s) / without_s, and ``accounting_overhead_wall`` the same from the wall
+clocks. The full sweep (1000 rounds, 10 points) trains for several CPU-minutes;
+``--rounds`` and ``--points`` give a reduced one (say so when quoting it), and
+``--bounds-only`` times the bounds-only sweep (``sweep.train = false``) instead.
+
+    python benchmarks/bench_sweep.py --json
+    python benchmarks/bench_sweep.py --json --rounds 300 --points 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import sys
+import time
+
+SPEC = "experiments/paper-table2a.toml"
+
+
+def sweep_points(points: int | None) -> list[list[str]]:
+    """The preset's points as overrides: uniform p = 0.1 ... 0.9, then channel-aware (h_th = 2).
+    ``points`` keeps that many, spread over the list, channel-aware always among them."""
+    uniform = [[f"sampling.p={p / 10:.1f}"] for p in range(1, 10)]
+    aware = [["sampling.scheme=channel-aware", "sampling.h_th=2.0"]]
+    if points is None or points >= len(uniform) + 1:
+        return uniform + aware
+    keep = max(0, points - 1)
+    picked = [uniform[round(i * (len(uniform) - 1) / max(1, keep - 1))] for i in range(keep)] if keep > 1 else \
+        uniform[4:5][:keep]
+    return picked + aware
+
+
+def _one(job: tuple) -> tuple[float, dict]:
+    """One run in a worker: (CPU seconds of the run, its privacy totals)."""
+    import torch
+
+    from otafl.config import load_spec
+    from otafl.fl.loop import run_experiment
+
+    torch.set_num_threads(1)
+    overrides, rounds, accountants, train = job
+    spec = load_spec(SPEC, [*overrides, f"train.rounds={rounds}",
+                            f"privacy.accountants={json.dumps(accountants)}"])
+    t0 = time.process_time()
+    result = run_experiment(spec, train=train)
+    cpu = time.process_time() - t0
+    summary = result.summary if hasattr(result, "summary") else {}
+    totals = {k: v for k, v in (summary or {}).items() if "epsilon" in k and "total" in k}
+    return cpu, totals
+
+
+def _warm(accountants):
+    """A 2-round run at p = 0.15 (no point of the sweep) in each worker: imports, data and first-use
+    costs before the timed passes."""
+    time.sleep(0.5)  # so that each worker takes one
+    return _one((["sampling.p=0.15"], 2, accountants, True))[0]
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=1000)
+    ap.add_argument("--points", type=int, default=None, help="points of the sweep (default all 10)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--accountants", default="exact,paper,tight")
+    ap.add_argument("--bounds-only", action="store_true", help="sweep.train = false (no training)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    points = sweep_points(args.points)
+    accountants = [a for a in args.accountants.split(",") if a]
+    train = not args.bounds_only
+    out: dict = {"spec": SPEC, "points": len(points), "rounds": args.rounds, "workers": args.workers,
+                 "train": train, "accountants": accountants, "clock": "process_time (CPU s), summed over runs"}
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(args.workers) as pool:
+        pool.map(_warm, [accountants] * args.workers, chunksize=1)
+        for label, accs in (("without", []), ("with", accountants)):
+            w0 = time.perf_counter()
+            res = pool.map(_one, [(p, args.rounds, accs, train) for p in points], chunksize=1)
+            out[f"{label}_wall_s"] = time.perf_counter() - w0
+            out[f"{label}_s"] = sum(c for c, _ in res)
+            if accs:
+                out["totals"] = [t for _, t in res]
+    out["accounting_overhead"] = (out["with_s"] - out["without_s"]) / out["without_s"]
+    out["accounting_overhead_wall"] = (out["with_wall_s"] - out["without_wall_s"]) / out["without_wall_s"]
+    if args.json:
+        print(json.dumps(out, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
+    else:
+        for key, value in out.items():
+            if key != "totals":
+                print(f"{key:28s} {value:.4g}" if isinstance(value, float) else f"{key:28s} {value}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
