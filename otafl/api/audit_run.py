@@ -46,7 +46,8 @@ from otafl.fl.aggregations import build_aggregation
 from otafl.fl.least_squares import audit_records
 from otafl.fl.strategies import ALGORITHMS
 from otafl.privacy.accountants import ACCOUNTANTS
-from otafl.privacy.empirical import CONFIDENCE, GDP_FIT, empirical_epsilon, gaussian_fit, gdp_epsilon
+from otafl.privacy.empirical import (CONFIDENCE, GDP_FIT, SAMPLED_FIT, empirical_epsilon, gaussian_fit, sampled_epsilon,
+                                    sampled_fit)
 from otafl.privacy.units import UNIT_LABELS
 from otafl.progress import Progress, Tally
 from otafl.setup import build_channel, make_generators
@@ -100,18 +101,25 @@ def discriminant(present: np.ndarray, absent: np.ndarray) -> np.ndarray:
     return w
 
 
-def _gaussian_transcript(spec: Spec, p_target: list[float], local: bool, digital) -> tuple[bool, str]:
-    """Whether every transmission is linear in Gaussian noise (the GDP fit's condition), and why not."""
+def _fit_kind(spec: Spec, audit: AuditSpec, p_target: list[float], local: bool, digital,
+              transmissions: int) -> tuple[str, str]:
+    """Which family the trade-off curve is fitted in: ``gdp`` when every transmission is linear in
+    Gaussian noise, ``sampled-gaussian`` when it is so but for the target's one hidden coin, and
+    ``none`` (with the reason) otherwise."""
     tr, tx = spec.train, spec.transmit
+    fit = GDP_FIT
     if any(p < 1.0 for p in p_target):
-        return False, "the target's participation is hidden (p < 1): the trade-off curve is a mixture"
+        if audit.scope != "central" or transmissions != 1:
+            return "none", ("the target's participation is hidden (p < 1) over several transmissions or seen "
+                            "by the local adversary: no fitted family")
+        fit = SAMPLED_FIT
     if local and tr.record_sampling < 1.0:
-        return False, "record sampling q < 1: the trade-off curve is a mixture"
+        return "none", "record sampling q < 1: the trade-off curve is a mixture"
     if local and tx.update_scaling == "clip":
-        return False, "updates clipped to L: not linear in the noise"
+        return "none", "updates clipped to L: not linear in the noise"
     if digital is not None and digital.mechanism != "gaussian":
-        return False, f"the {digital.mechanism} mechanism is not Gaussian"
-    return True, ""
+        return "none", f"the {digital.mechanism} mechanism is not Gaussian"
+    return fit, ""
 
 
 def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu",
@@ -177,9 +185,16 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
         raise OtaflInputError(f"audit.trials = {N} is too few: the calibration share {CALIBRATION} leaves no trial")
     w = discriminant(x[True][:n_cal], x[False][:n_cal])
     score = {k: v[n_cal:] @ w for k, v in x.items()}
-    gaussian, why_not = _gaussian_transcript(spec, p_target, local, digital)
-    fit = gaussian_fit(score[True], score[False])
     one = len(facts) == 1
+    kind, why_not = _fit_kind(spec, audit, p_target, local, digital, len(facts))
+    relation = "add" if local else "replace"
+    if kind == SAMPLED_FIT:
+        fit = sampled_fit(score[True], score[False], p=p_target[0], relation=relation)
+        to_epsilon = lambda mu, delta: sampled_epsilon(mu, p_target[0], relation, delta)  # noqa: E731
+    else:
+        fit = gaussian_fit(score[True], score[False])
+        to_epsilon = gdp_epsilon
+    fitted = kind != "none"
     cache: dict[float, Any] = {}
     rows: dict[str, dict] = {}
     for name in names:
@@ -193,9 +208,9 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
         eps, delta = float(eps), float(delta)
         if delta not in cache and 0.0 <= delta < 1.0:
             cache[delta] = (empirical_epsilon(score[True], score[False], delta=delta),
-                            gdp_epsilon(fit.mu_lower, delta) if delta > 0 else math.inf)
+                            to_epsilon(fit.mu_lower, delta) if delta > 0 else math.inf)
         emp, gdp = cache.get(delta, (None, None))
-        lower = None if emp is None else (gdp if gaussian else emp.epsilon_lower)
+        lower = None if emp is None else (gdp if fitted else emp.epsilon_lower)
         reason = "; ".join(r for r in ((res.reason if not one else res.reason),
                                        "" if one else res.total_reason) if r)
         rows[name] = {"epsilon": eps, "delta": delta, "unit": res.unit, "reason": reason,
@@ -211,7 +226,7 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
     outputs = {k: v.outputs[:, :, c].cpu().numpy() for k, v in runs.items()}
     out = {
         "epsilon_lower": main_row["epsilon_lower"],
-        "fit": GDP_FIT if gaussian else "none",
+        "fit": kind,
         "mu_lower": fit.mu_lower,
         "epsilon_lower_threshold": main_row["epsilon_lower_threshold"],
         "epsilon_lower_threshold_ci": main_row["epsilon_lower_threshold_ci"],
@@ -236,8 +251,10 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
             "warm_start": run.warm, "unit_label": UNIT_LABELS.get(main_row["unit"], main_row["unit"]),
             "neighbours": "add/remove (canary or null record)" if local else "replace-one (canary or mirrored canary)",
             "seed": audit.seed, "channel_seed": tr.seed, "confidence": 2 * CONFIDENCE - 1,
-            "fit_note": "the trade-off curve of Gaussian transcripts is Gaussian: the GDP fit is exact in shape"
-                        if gaussian else f"no Gaussian fit: {why_not}; epsilon_lower is the threshold test's",
+            "fit_note": {GDP_FIT: "Gaussian transcripts: their trade-off curve is Gaussian, the fit exact in shape",
+                         SAMPLED_FIT: f"the target takes part with p = {p_target[0]:.4g}: fitted in the sampled-Gaussian "
+                                      "family, an assumption on the curve's shape (docs/privacy/auditing.md#auditing)",
+                         }.get(kind, f"no fit: {why_not}; epsilon_lower is the threshold test's"),
             "gdp_point": fit.point, "discriminant": [float(v) for v in w],
             "mean_present": float(outputs[True].mean()), "mean_absent": float(outputs[False].mean()),
             "var_present": float(outputs[True].var()), "var_absent": float(outputs[False].var()),

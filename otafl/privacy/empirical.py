@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["EmpiricalEpsilon", "GDP_FIT", "GaussianFit", "empirical_epsilon", "CONFIDENCE", "SELECTION", "dkw_band",
-           "gaussian_fit", "gdp_delta", "gdp_epsilon"]
+           "gaussian_fit", "gdp_delta", "gdp_epsilon", "SAMPLED_FIT", "sampled_fit", "sampled_epsilon"]
 
 CONFIDENCE = 0.975
 """Each Clopper-Pearson interval is two-sided at this level; the pair holds at >= 95%."""
@@ -185,3 +185,99 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     while gdp_delta(mu, hi) > delta:
         hi *= 2.0
     return float(brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-10))
+
+
+# --------------------------------------------------------------------------- sampled-Gaussian fit
+
+SAMPLED_FIT = "sampled-gaussian"
+"""The fit's name where the target takes part with a known probability p < 1."""
+FIT_POINTS = 1500
+"""Thresholds (quantiles of the pooled scores) at which the sampled-Gaussian family is fitted."""
+
+
+def _sampled_curve(mu: np.ndarray, p: float, relation: str, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(alpha, beta) of the test "D when x > t" for the family: x ~ (1 - p) N(0, 1) + p N(+m, 1) under D
+    and (1 - p) N(0, 1) + p N(-m, 1) under D' (``replace``, m = mu / 2), or N(0, 1) under D'
+    (``add``, m = mu); p = 1 is mu-GDP. Broadcast over mu and t."""
+    from scipy.special import ndtr
+
+    m = mu / 2 if relation == "replace" else mu
+    absent_branch = ndtr(-t)
+    alpha = (1 - p) * absent_branch + p * (ndtr(-(t + m)) if relation == "replace" else absent_branch)
+    beta = (1 - p) * ndtr(t) + p * ndtr(t - m)
+    return alpha, beta
+
+
+def _bisect(f, lo: np.ndarray, hi: np.ndarray, steps: int = 60) -> np.ndarray:
+    """Root of the increasing f on [lo, hi] elementwise (f(lo) <= 0 <= f(hi) assumed)."""
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        up = f(mid) > 0
+        hi, lo = np.where(up, mid, hi), np.where(up, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def sampled_beta(mu: np.ndarray, p: float, relation: str, alpha: np.ndarray) -> np.ndarray:
+    """The family's trade-off curve beta_mu(alpha) (:func:`_sampled_curve`; its likelihood ratio is
+    monotone in x, so threshold tests are optimal)."""
+    mu, alpha = np.broadcast_arrays(np.asarray(mu, dtype=np.float64), np.asarray(alpha, dtype=np.float64))
+    t = _bisect(lambda s: alpha - _sampled_curve(mu, p, relation, s)[0], np.full(mu.shape, -60.0),
+                np.full(mu.shape, 60.0 + mu))
+    return _sampled_curve(mu, p, relation, t)[1]
+
+
+def sampled_fit(present: np.ndarray, absent: np.ndarray, *, p: float, relation: str,
+                confidence: float = 2 * CONFIDENCE - 1) -> GaussianFit:
+    """:func:`gaussian_fit` for a target that takes part with known probability p: the lower bound on
+    mu of the sampled-Gaussian family (:func:`_sampled_curve`) from the same simultaneous bands. A
+    point below every member's curve (beta_hi < beta_inf(alpha_hi)) fits none and is skipped."""
+    present, absent = np.sort(np.asarray(present, dtype=np.float64)), np.sort(np.asarray(absent, dtype=np.float64))
+    n_p, n_a = present.size, absent.size
+    alpha_conf = (1.0 - confidence) / 2.0
+    e_p, e_a = dkw_band(n_p, alpha_conf), dkw_band(n_a, alpha_conf)
+    t = np.unique(np.quantile(np.concatenate([present, absent]), np.linspace(0, 1, FIT_POINTS)))
+    fpr = (n_a - np.searchsorted(absent, t, side="right")) / n_a + e_a
+    fnr = np.searchsorted(present, t, side="right") / n_p + e_p
+    ok = (fpr < 1.0) & (fnr < 1.0)
+    top = 40.0
+    ok &= sampled_beta(np.full(t.shape, top), p, relation, np.minimum(fpr, 1.0)) <= fnr  # some member fits
+    if not ok.any():
+        return GaussianFit(0.0, {"rule": "none"}, (e_p, e_a))
+    a, b = fpr[ok], fnr[ok]
+    mu = _bisect(lambda m: b - sampled_beta(m, p, relation, a), np.zeros(a.shape), np.full(a.shape, top), 50)
+    i = int(np.argmax(mu))
+    point = {"rule": "D when stat > t", "threshold": float(t[ok][i]), "fpr_upper": float(a[i]),
+             "fnr_upper": float(b[i]), "samples": [n_p, n_a], "p": p, "relation": relation}
+    return GaussianFit(max(0.0, float(mu[i])), point, (e_p, e_a))
+
+
+def sampled_delta(mu: float, p: float, relation: str, epsilon: float, grid: int = 40001) -> float:
+    """delta(epsilon) of the sampled-Gaussian family, both orders of the pair: the largest
+    P(x > t) - e^eps Q(x > t) over a fine grid of thresholds (threshold tests are optimal)."""
+    from scipy.special import ndtr
+
+    m = mu / 2 if relation == "replace" else mu
+    t = np.linspace(-m - 40.0, m + 40.0, grid)
+    q_tail, p_tail = _sampled_curve(np.float64(mu), p, relation, t)
+    p_tail = 1.0 - p_tail  # P_D(x > t)
+    best = float(np.max(p_tail - math.exp(epsilon) * q_tail))
+    # the other order: D' against D, tests "x < t"
+    q_low = (1 - p) * ndtr(t) + p * (ndtr(t + m) if relation == "replace" else ndtr(t))
+    best = max(best, float(np.max(q_low - math.exp(epsilon) * (1.0 - p_tail))))
+    return max(0.0, best)
+
+
+def sampled_epsilon(mu: float, p: float, relation: str, delta: float) -> float:
+    """The epsilon of the sampled-Gaussian family member at ``delta``."""
+    from scipy.optimize import brentq
+
+    if p >= 1.0:
+        return gdp_epsilon(mu if relation == "replace" else mu, delta)
+    if not math.isfinite(mu):
+        return math.inf
+    if mu <= 0 or sampled_delta(mu, p, relation, 0.0) <= delta:
+        return 0.0
+    hi = 1.0
+    while sampled_delta(mu, p, relation, hi) > delta and hi < 1e3:
+        hi *= 2.0
+    return float(brentq(lambda e: sampled_delta(mu, p, relation, e) - delta, 0.0, hi, xtol=1e-6))
