@@ -46,7 +46,8 @@ from otafl.fl.aggregations import build_aggregation
 from otafl.fl.least_squares import audit_records
 from otafl.fl.strategies import ALGORITHMS
 from otafl.privacy.accountants import ACCOUNTANTS
-from otafl.privacy.empirical import (CONFIDENCE, GDP_FIT, SAMPLED_FIT, empirical_epsilon, gaussian_fit, sampled_epsilon,
+from otafl.privacy.empirical import (CONFIDENCE, GDP_FIT, SAMPLED_FIT, empirical_epsilon, gaussian_fit, gdp_epsilon,
+                                    sampled_epsilon,
                                     sampled_fit)
 from otafl.privacy.units import UNIT_LABELS
 from otafl.progress import Progress, Tally
