@@ -25,7 +25,7 @@ TRIALS = 400
 SMALL = ["data.users=3", "audit.dim=2", "train.rounds=1", f"audit.trials={TRIALS}", "audit.seed=3",
          "audit.records=4", "channel.fading='rayleigh'", "digital.sigma2=1.0", "transmit.sigma2=2.0"]
 SCHEMES = {
-    "uniform": ["sampling.p=0.6"],
+    "uniform": ["sampling.p=1.0"],
     "time-varying": ["sampling.schedule='linear'", "sampling.p_start=0.5", "sampling.p_end=0.9"],
     "channel-aware": ["sampling.h_th=0.8"],
 }
