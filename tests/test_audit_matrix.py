@@ -6,12 +6,15 @@ not change the run, so each (aggregation, algorithm, scheme, superposition) is a
 every accountant that validation accepts there, and the audit's lower bounds are compared with
 each guaranteed one's upper bound. The refused combinations must be the table of the docs. Small
 runs (3 users, d = 2, one round, 400 trials, q = 1) and the accountants' results cached across the
-two superpositions (same facts) keep the matrix in the default suite.
+two superpositions (same facts) and in pytest's cache directory, keyed by a hash of the accounting
+code, keep the matrix in the default suite.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import pickle
 import re
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from otafl.privacy.accountants import ACCOUNTANTS
 from otafl.sampling import SAMPLING_SCHEMES
 
 BASE = "experiments/audit-ota.toml"
-TRIALS = 400
+TRIALS = 200
 SMALL = ["data.users=3", "audit.dim=2", "train.rounds=1", f"audit.trials={TRIALS}", "audit.seed=3",
          "audit.records=4", "channel.fading='rayleigh'", "digital.sigma2=1.0", "transmit.sigma2=2.0"]
 SCHEMES = {
@@ -40,20 +43,43 @@ KINDS = [a for a in AGGREGATIONS if a != "digital"] + [f"digital-{m}" for m in M
 DOC = Path(__file__).resolve().parents[1] / "docs" / "privacy" / "auditing.md"
 REFUSED = {}  # (aggregation, algorithm, scheme, superposition, accountant) -> the one-line reason
 _ACCOUNTED: dict = {}  # the accountants' results by their inputs: superposition does not change the facts
+_SOURCES = sorted((Path(__file__).resolve().parents[1] / "otafl").glob("privacy/**/*.py")) + [
+    Path(__file__).resolve().parents[1] / "otafl" / "fl" / "accounting.py"]
+
+
+def _code_hash() -> str:
+    digest = hashlib.sha256()
+    for path in _SOURCES:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @pytest.fixture(autouse=True)
-def _cached_accounting(monkeypatch):
-    """The accountants are the slow part, and the two superpositions give them the same facts."""
+def _cached_accounting(monkeypatch, request):
+    """The accountants are the slow part: their results are cached by their inputs (the facts, the
+    privacy section, the digital mechanism) and a hash of the accounting code, in memory (the two
+    superpositions give the same facts) and in pytest's cache directory (later runs)."""
     import otafl.api.audit_run as module
 
     honest = module.account_facts
+    folder = request.config.cache.mkdir("audit-matrix-accounting")
+    code = _code_hash()
 
     def cached(spec, facts, digital=None, delta_target=None, extra=()):
-        key = (repr(spec.privacy), repr(facts), repr(digital.facts()) if digital is not None else None, extra)
-        if key not in _ACCOUNTED:
-            _ACCOUNTED[key] = honest(spec, facts, digital, delta_target, extra)
-        return _ACCOUNTED[key]
+        key = repr((repr(spec.privacy), repr(facts), repr(digital.facts()) if digital is not None else None, extra,
+                    delta_target, code))
+        name = hashlib.sha256(key.encode()).hexdigest()[:32]
+        if name not in _ACCOUNTED:
+            path = folder / f"{name}.pkl"
+            try:
+                _ACCOUNTED[name] = pickle.loads(path.read_bytes())
+            except (OSError, pickle.PickleError, EOFError, AttributeError):
+                _ACCOUNTED[name] = honest(spec, facts, digital, delta_target, extra)
+                try:
+                    path.write_bytes(pickle.dumps(_ACCOUNTED[name]))
+                except (OSError, pickle.PickleError):
+                    pass
+        return _ACCOUNTED[name]
 
     monkeypatch.setattr(module, "account_facts", cached)
 
