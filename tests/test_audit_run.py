@@ -217,6 +217,19 @@ def test_the_hidden_sampling_audit_reaches_half_of_exact():
 
 
 @pytest.mark.slow
+def test_scaffold_with_its_warm_start_is_audited_over_the_run_close_to_the_sound_steps():
+    """The warm start's c_k, the server's c and the round's correction c - c_k carried as in a run:
+    the audit's lower bound stays below the sound `steps` total (3 steps at sigma = 1: 8.385) and
+    reaches 80% of it."""
+    spec, audit = load_audit_spec(WARM)
+    result = audit_run(spec, audit)
+    _assert_sound(result, skip=(SUMDOM,))
+    assert result["transmissions"] == 2 and result["meta"]["warm_start"] and result["fit"] == "gdp"
+    assert result["upper"]["steps"] == pytest.approx(8.385, abs=2e-3)
+    assert result["epsilon_lower"] >= 0.8 * result["upper"]["steps"]
+
+
+@pytest.mark.slow
 def test_halving_the_artificial_noise_in_transmission_is_caught(monkeypatch):
     import otafl.fl.round as round_module
 
