@@ -212,8 +212,7 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
                             to_epsilon(fit.mu_lower, delta) if delta > 0 else math.inf)
         emp, gdp = cache.get(delta, (None, None))
         lower = None if emp is None else (gdp if fitted else emp.epsilon_lower)
-        reason = "; ".join(r for r in ((res.reason if not one else res.reason),
-                                       "" if one else res.total_reason) if r)
+        reason = "; ".join(r for r in (res.reason, "" if one else res.total_reason) if r)
         rows[name] = {"epsilon": eps, "delta": delta, "unit": res.unit, "reason": reason,
                       "guaranteed": ACCOUNTANTS[name].guaranteed,
                       "epsilon_lower": lower,
@@ -253,8 +252,9 @@ def audit_run(spec: Spec, audit: AuditSpec, *, device: str | torch.device = "cpu
             "neighbours": "add/remove (canary or null record)" if local else "replace-one (canary or mirrored canary)",
             "seed": audit.seed, "channel_seed": tr.seed, "confidence": 2 * CONFIDENCE - 1,
             "fit_note": {GDP_FIT: "Gaussian transcripts: their trade-off curve is Gaussian, the fit exact in shape",
-                         SAMPLED_FIT: f"the target takes part with p = {p_target[0]:.4g}: fitted in the sampled-Gaussian "
-                                      "family, an assumption on the curve's shape (docs/privacy/auditing.md#auditing)",
+                         SAMPLED_FIT: f"the target takes part with p = {p_target[0]:.4g}: fitted in the "
+                                      "sampled-Gaussian family, an assumption on the curve's shape "
+                                      "(docs/privacy/auditing.md#auditing)",
                          }.get(kind, f"no fit: {why_not}; epsilon_lower is the threshold test's"),
             "gdp_point": fit.point, "discriminant": [float(v) for v in w],
             "mean_present": float(outputs[True].mean()), "mean_absent": float(outputs[False].mean()),
