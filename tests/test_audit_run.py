@@ -144,7 +144,7 @@ SOUND_CASES = [
 
 @pytest.mark.parametrize("path,overrides", SOUND_CASES)
 def test_a_short_audit_never_exceeds_any_accountant(path, overrides):
-    spec, audit = load_audit_spec(path, overrides + ["audit.trials=1500", "audit.seed=1"])
+    spec, audit = load_audit_spec(path, overrides + ["audit.trials=1000", "audit.seed=1"])
     result = audit_run(spec, audit)
     _assert_sound(result)
     assert result["rounds"] == spec.train.rounds and result["unit"] in ("user", "record")
