@@ -164,11 +164,12 @@ class AuditSpec:
 
     co_users: str = "null"  # null | noise-cancelling (local steps with q = 1)
     canary: int = 0  # the canary coordinate c in [0, dim)
-    trials: int = 20000  # rounds run per neighbouring data set
+    trials: int = 20000  # runs (of train.rounds rounds) per neighbouring data set
     scope: str = "central"  # central: the released update | local: what the server receives from the target
     seed: int = 0  # seed of the trials' coins, noise and record sampling (the channel comes from train.seed)
     dim: int = 4  # d, the least-squares model's dimension
     records: int = 50  # D_k, records per user (local steps; fedsgd users hold one)
+    curvature: float = 0.0  # kappa: the target's other records have the loss (kappa / 2) w_c^2 (0: null records)
 
 
 def load_audit_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Spec, AuditSpec]:

@@ -260,6 +260,7 @@ def validate_digital(spec: Spec, names: Mapping[str, Any]) -> None:
 
 AUDIT_SCOPES = ("central", "local")
 MAX_AUDIT_TRIALS = 10_000_000
+MAX_AUDIT_ROUNDS = 100
 
 
 def validate_audit(spec: Spec, audit) -> None:
@@ -273,13 +274,11 @@ def validate_audit(spec: Spec, audit) -> None:
     check_range("audit.dim", audit.dim, 1, 4096)
     check_range("audit.canary", audit.canary, 0, audit.dim - 1)
     check_range("audit.records", audit.records, 1, 100_000)
-    if spec.train.rounds != 1:
-        raise OtaflInputError(f"train.rounds = {spec.train.rounds} is outside the allowed range [1, 1] for "
-                              "audit-run (it audits one round)")
-    if spec.train.aggregation == "ideal":
-        raise OtaflInputError("train.aggregation = 'ideal' has no noise to audit; choose 'ota' or 'digital'")
-    if spec.train.scaffold_warm_start:
-        raise OtaflInputError("train.scaffold_warm_start = true is not audited by audit-run (one round, no warm start)")
+    check_range("audit.curvature", audit.curvature, 0.0, 1e6)
+    check_range("train.rounds", spec.train.rounds, 1, MAX_AUDIT_ROUNDS)
+    if audit.curvature > 0 and spec.train.algorithm == "fedsgd":
+        raise OtaflInputError("audit.curvature > 0 needs train.algorithm = 'fedavg' or 'scaffold' "
+                              "(FedSGD's target holds the canary only)")
     local = spec.train.algorithm != "fedsgd"
     if audit.co_users == "noise-cancelling":
         if not local:

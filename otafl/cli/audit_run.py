@@ -1,8 +1,8 @@
-"""``otafl audit-run SPEC``: the end-to-end privacy audit of the simulator's own round.
+"""``otafl audit-run SPEC``: the end-to-end privacy audit of the simulator's own runs.
 
 Parses the options and calls :func:`otafl.api.audit_run.audit_run` (the method is described
-there and in docs/privacy/auditing.md#auditing); prints one line per accountant (its epsilon and delta
-beside the audit's lower bound at that delta, with its 95% interval) or JSON.
+there and in docs/privacy/auditing.md#auditing); prints one line per accountant (its epsilon, delta
+and privacy unit beside the audit's lower bounds at that delta) or JSON.
 """
 
 from __future__ import annotations
@@ -19,21 +19,32 @@ def _fmt(value) -> str:
 
 
 def audit_run_text(result: dict) -> str:
-    """One line per accountant: upper epsilon, delta, audit lower bound [95% CI], and a verdict."""
+    """One line per accountant: upper epsilon, delta and unit, the audit's lower bound (fitted, and
+    the threshold test's) at that delta, and a verdict; then the fit, and every reason for an inf or 0."""
+    from otafl.privacy.units import UNIT_LABELS
+
     meta = result["meta"]
+    rounds = result["rounds"] + int(meta["warm_start"])
     lines = [f"audit-run: {meta['algorithm']} over {meta['aggregation']}"
              + (f" ({meta['mechanism']})" if meta["mechanism"] else "")
              + f", {meta['users']} users, d = {meta['dim']}, co-users {meta['co_users']}, scope {result['scope']}, "
-               f"{result['trials']} trials per data set ({meta['wall_seconds']:.1f} s)"]
+               f"{result['trials']} runs of {rounds} transmission{'s' if rounds != 1 else ''} per data set "
+               f"({meta['wall_seconds']:.1f} s)"]
     width = max(len(n) for n in result["accountants"])
+    fitted = result["fit"] != "none"
     for name, row in result["accountants"].items():
-        ci = row["epsilon_lower_ci"]
         verdict = "ok" if not row["exceeded"] else (
             "BOUND EXCEEDED: UNSOUND" if row["guaranteed"] else "exceeded (not a guaranteed bound)")
         main = " (main)" if name == result["main"] else ""
-        lines.append(f"  {name:<{width}}  upper eps {_fmt(row['epsilon'])} at delta {fmt_sig(row['delta'])};  "
-                     f"audit eps >= {_fmt(row['epsilon_lower'])} at delta {fmt_sig(row['delta'])} "
-                     f"[95% CI {_fmt(ci[0] if ci else None)}, {_fmt(ci[1] if ci else None)}]  {verdict}{main}")
+        at = f"at delta {fmt_sig(row['delta'])}, {UNIT_LABELS.get(row['unit'], row['unit'])}"
+        threshold = f"; threshold test >= {_fmt(row['epsilon_lower_threshold'])}" if fitted else ""
+        lines.append(f"  {name:<{width}}  upper eps {_fmt(row['epsilon'])} {at};  "
+                     f"audit eps >= {_fmt(row['epsilon_lower'])}{threshold}  {verdict}{main}")
+    lines.append(f"  fit: {result['fit']}" + (f", mu >= {fmt_sig(result['mu_lower'])}" if fitted else "")
+                 + f" (95%); {meta['fit_note']}")
+    for name, row in result["accountants"].items():
+        if row["reason"] and (row["epsilon"] in (0.0, float("inf")) or not row["guaranteed"]):
+            lines.append(f"  {name}: {row['reason']}")
     if meta.get("privacy_note"):
         lines.append(f"  note: {meta['privacy_note']}")
     return "\n".join(lines) + "\n"
@@ -43,7 +54,8 @@ def audit_run_text(result: dict) -> str:
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a spec value, e.g. --set audit.trials=5000 (repeatable).")
-@click.option("--trials", type=int, default=None, help="Rounds per neighbouring data set [default: audit.trials].")
+@click.option("--trials", type=int, default=None,
+              help="Runs (of train.rounds rounds) per neighbouring data set [default: audit.trials].")
 @click.option("--scope", type=click.Choice(AUDIT_SCOPES), default=None,
               help="central: the released update; local: what the server receives from the target "
                    "[default: audit.scope].")
@@ -52,7 +64,7 @@ def audit_run_text(result: dict) -> str:
 @click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def audit_run(spec, overrides, trials, scope, seed, fmt, device, quiet):
-    """Audit the simulator's round on worst-case neighbouring data sets beside every accountant."""
+    """Audit the simulator's runs on worst-case neighbouring data sets beside every accountant."""
     from otafl.config import load_audit_spec
 
     extra = [f"audit.{k}={v!r}" if isinstance(v, str) else f"audit.{k}={v}"

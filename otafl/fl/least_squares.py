@@ -16,6 +16,9 @@ gradients as the round's aggregators take them.
   the local steps' add/remove relation, or the **mirrored** canary (y = -CANARY_TARGET: +L e_c)
   for FedSGD's replace-one relation (sensitivity 2L). The user's record count D_k is the same
   in both, so the public normaliser q D_k is too.
+* **curvature** (``audit.curvature`` kappa > 0): the target's other records have the loss
+  (kappa / 2) w_c^2, so its local steps' gradients move with the model it starts from (and with
+  SCAFFOLD's correction c - c_k): a later round then reveals what the earlier rounds' state holds.
 * **noise-cancelling** co-users: every record x = sqrt(lambda) e_c, y = 0 with
   lambda = 1 / eta_l, so the loss is (lambda / 2) w_c^2; started at w = 0, each DP-SGD step with
   q = 1 resets the co-user's model to the optimum minus that step's fresh noise, and its update
@@ -98,11 +101,13 @@ class AuditRecords:
 
 
 def audit_records(*, users: int, records: int, dim: int, canary: int, target: int, co_users: str,
-                  neighbour: str, local_lr: float, device="cpu") -> AuditRecords:
+                  neighbour: str, local_lr: float, curvature: float = 0.0, device="cpu") -> AuditRecords:
     """The records of :func:`least_squares_model`'s audit (module docstring).
 
     users K, records D per user, canary coordinate c, target user, co_users (:data:`CO_USERS`),
-    neighbour ``null`` (add/remove) or ``mirror`` (replace-one), local_lr eta_l (sets lambda).
+    neighbour ``null`` (add/remove) or ``mirror`` (replace-one), local_lr eta_l (sets lambda),
+    curvature kappa: the target's other records have the loss (kappa / 2) w_c^2 (x = sqrt(kappa) e_c,
+    y = 0; 0: null records), so that its gradients move with its local model.
     Rows: user k's records are k D .. k D + D - 1 (the target's first one is the canary); row
     K D is the neighbour's record in its place.
     """
@@ -114,7 +119,9 @@ def audit_records(*, users: int, records: int, dim: int, canary: int, target: in
     elif co_users != "null":
         raise ValueError(f"co_users = {co_users!r}")
     rows = slice(target * records, (target + 1) * records)
-    x[rows] = 0.0  # the target's other records are null
+    x[rows] = 0.0  # the target's other records are null, or of loss (kappa / 2) w_c^2
+    if curvature > 0:
+        x[rows, canary] = math.sqrt(curvature)
     first = target * records
     x[first, canary], y[first] = 1.0, CANARY_TARGET
     last = users * records  # the neighbour's record

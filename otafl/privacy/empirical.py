@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["EmpiricalEpsilon", "empirical_epsilon", "CONFIDENCE", "SELECTION"]
+__all__ = ["EmpiricalEpsilon", "GDP_FIT", "GaussianFit", "empirical_epsilon", "CONFIDENCE", "SELECTION", "dkw_band",
+           "gaussian_fit", "gdp_delta", "gdp_epsilon", "SAMPLED_FIT", "sampled_fit", "sampled_epsilon"]
 
 CONFIDENCE = 0.975
 """Each Clopper-Pearson interval is two-sided at this level; the pair holds at >= 95%."""
@@ -107,3 +108,176 @@ def empirical_epsilon(present: np.ndarray, absent: np.ndarray, *, delta: float, 
     test = {"rule": f"reject when stat {name[-1]} t, numerator {name[:-1]}", "threshold": t,
             "numerator_hits": hn, "denominator_hits": hd, "evaluated": [nn, nd], "selected_on": [sp, sa]}
     return EmpiricalEpsilon(max(0.0, lower), (max(0.0, lower), max(0.0, upper)), delta, test)
+
+
+# --------------------------------------------------------------------------- Gaussian-DP fit
+
+
+GDP_FIT = "gdp"
+"""The fit's name in audit-run's output: the mechanism's trade-off curve taken as Gaussian's."""
+
+
+@dataclass(frozen=True)
+class GaussianFit:
+    """mu_lower: with probability >= ``confidence`` the mechanism is not mu'-GDP for any mu' < mu_lower
+    (every point of its trade-off curve at once, docs/privacy/auditing.md#auditing); point: the
+    threshold where the bound is attained (threshold, false-positive and false-negative upper ends)."""
+
+    mu_lower: float
+    point: dict
+    band: tuple[float, float]
+
+
+def dkw_band(n: int, alpha: float) -> float:
+    """Half-width of the one-sided Dvoretzky-Kiefer-Wolfowitz-Massart band: the empirical CDF of n
+    i.i.d. samples stays within it of the true CDF at every point at once, with probability >= 1 - alpha."""
+    return math.sqrt(math.log(1.0 / alpha) / (2.0 * n))
+
+
+def gaussian_fit(present: np.ndarray, absent: np.ndarray, *, confidence: float = 2 * CONFIDENCE - 1) -> GaussianFit:
+    """Lower bound on the Gaussian-DP parameter mu from a statistic that is larger under D (``present``).
+
+    Every threshold t gives a test "D when stat > t" with false-positive rate a(t) = P_D'(stat > t)
+    and false-negative rate b(t) = P_D(stat <= t). A mu-GDP mechanism has
+    b >= Phi(Phi^-1(1 - a) - mu) for every test, so mu >= Phi^-1(1 - a) - Phi^-1(b). Both rates get
+    upper ends valid at every threshold at once (one-sided DKW bands, each at (1 + confidence) / 2),
+    so the maximum over all thresholds of Phi^-1(1 - a_hi) - Phi^-1(b_hi) is a lower bound on mu
+    at ``confidence`` without any selection split. The statistic must be fixed before these
+    samples are drawn (audit-run fits it on other trials)."""
+    from scipy.special import ndtri
+
+    present, absent = np.sort(np.asarray(present, dtype=np.float64)), np.sort(np.asarray(absent, dtype=np.float64))
+    n_p, n_a = present.size, absent.size
+    alpha = (1.0 - confidence) / 2.0
+    e_p, e_a = dkw_band(n_p, alpha), dkw_band(n_a, alpha)
+    t = np.unique(np.concatenate([present, absent]))
+    fpr = (n_a - np.searchsorted(absent, t, side="right")) / n_a + e_a
+    fnr = np.searchsorted(present, t, side="right") / n_p + e_p
+    ok = (fpr < 1.0) & (fnr < 1.0)
+    if not ok.any():
+        return GaussianFit(0.0, {"rule": "none"}, (e_p, e_a))
+    mu = np.full(t.shape, -np.inf)
+    mu[ok] = ndtri(1.0 - fpr[ok]) - ndtri(fnr[ok])
+    i = int(np.argmax(mu))
+    point = {"rule": "D when stat > t", "threshold": float(t[i]), "fpr_upper": float(fpr[i]),
+             "fnr_upper": float(fnr[i]), "samples": [n_p, n_a]}
+    return GaussianFit(max(0.0, float(mu[i])), point, (e_p, e_a))
+
+
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """delta(epsilon) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (Dong, Roth & Su 2022)."""
+    from scipy.special import log_ndtr, ndtr
+
+    if mu <= 0:
+        return 0.0
+    return float(ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon + log_ndtr(-epsilon / mu - mu / 2)))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The epsilon of mu-GDP at ``delta`` (0 when mu-GDP is (0, delta)-DP; +inf for mu = +inf)."""
+    from scipy.optimize import brentq
+
+    if not math.isfinite(mu):
+        return math.inf
+    if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    hi = 1.0
+    while gdp_delta(mu, hi) > delta:
+        hi *= 2.0
+    return float(brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-10))
+
+
+# --------------------------------------------------------------------------- sampled-Gaussian fit
+
+SAMPLED_FIT = "sampled-gaussian"
+"""The fit's name where the target takes part with a known probability p < 1."""
+FIT_POINTS = 400
+"""Thresholds (quantiles of the pooled scores) at which the sampled-Gaussian family is fitted."""
+
+
+def _sampled_curve(mu: np.ndarray, p: float, relation: str, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(alpha, beta) of the test "D when x > t" for the family: x ~ (1 - p) N(0, 1) + p N(+m, 1) under D
+    and (1 - p) N(0, 1) + p N(-m, 1) under D' (``replace``, m = mu / 2), or N(0, 1) under D'
+    (``add``, m = mu); p = 1 is mu-GDP. Broadcast over mu and t."""
+    from scipy.special import ndtr
+
+    m = mu / 2 if relation == "replace" else mu
+    absent_branch = ndtr(-t)
+    alpha = (1 - p) * absent_branch + p * (ndtr(-(t + m)) if relation == "replace" else absent_branch)
+    beta = (1 - p) * ndtr(t) + p * ndtr(t - m)
+    return alpha, beta
+
+
+def _bisect(f, lo: np.ndarray, hi: np.ndarray, steps: int = 60) -> np.ndarray:
+    """Root of the increasing f on [lo, hi] elementwise (f(lo) <= 0 <= f(hi) assumed)."""
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        up = f(mid) > 0
+        hi, lo = np.where(up, mid, hi), np.where(up, lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def sampled_beta(mu: np.ndarray, p: float, relation: str, alpha: np.ndarray) -> np.ndarray:
+    """The family's trade-off curve beta_mu(alpha) (:func:`_sampled_curve`; its likelihood ratio is
+    monotone in x, so threshold tests are optimal)."""
+    mu, alpha = np.broadcast_arrays(np.asarray(mu, dtype=np.float64), np.asarray(alpha, dtype=np.float64))
+    t = _bisect(lambda s: alpha - _sampled_curve(mu, p, relation, s)[0], np.full(mu.shape, -40.0),
+                np.full(mu.shape, 40.0 + mu), 48)
+    return _sampled_curve(mu, p, relation, t)[1]
+
+
+def sampled_fit(present: np.ndarray, absent: np.ndarray, *, p: float, relation: str,
+                confidence: float = 2 * CONFIDENCE - 1) -> GaussianFit:
+    """:func:`gaussian_fit` for a target that takes part with known probability p: the lower bound on
+    mu of the sampled-Gaussian family (:func:`_sampled_curve`) from the same simultaneous bands. A
+    point below every member's curve (beta_hi < beta_inf(alpha_hi)) fits none and is skipped."""
+    present, absent = np.sort(np.asarray(present, dtype=np.float64)), np.sort(np.asarray(absent, dtype=np.float64))
+    n_p, n_a = present.size, absent.size
+    alpha_conf = (1.0 - confidence) / 2.0
+    e_p, e_a = dkw_band(n_p, alpha_conf), dkw_band(n_a, alpha_conf)
+    t = np.unique(np.quantile(np.concatenate([present, absent]), np.linspace(0, 1, FIT_POINTS)))
+    fpr = (n_a - np.searchsorted(absent, t, side="right")) / n_a + e_a
+    fnr = np.searchsorted(present, t, side="right") / n_p + e_p
+    ok = (fpr < 1.0) & (fnr < 1.0)
+    top = 40.0
+    ok &= sampled_beta(np.full(t.shape, top), p, relation, np.minimum(fpr, 1.0)) <= fnr  # some member fits
+    if not ok.any():
+        return GaussianFit(0.0, {"rule": "none"}, (e_p, e_a))
+    a, b = fpr[ok], fnr[ok]
+    mu = _bisect(lambda m: b - sampled_beta(m, p, relation, a), np.zeros(a.shape), np.full(a.shape, top), 36)
+    i = int(np.argmax(mu))
+    point = {"rule": "D when stat > t", "threshold": float(t[ok][i]), "fpr_upper": float(a[i]),
+             "fnr_upper": float(b[i]), "samples": [n_p, n_a], "p": p, "relation": relation}
+    return GaussianFit(max(0.0, float(mu[i])), point, (e_p, e_a))
+
+
+def sampled_delta(mu: float, p: float, relation: str, epsilon: float, grid: int = 8001) -> float:
+    """delta(epsilon) of the sampled-Gaussian family, both orders of the pair: the largest
+    P(x > t) - e^eps Q(x > t) over a fine grid of thresholds (threshold tests are optimal)."""
+    from scipy.special import ndtr
+
+    m = mu / 2 if relation == "replace" else mu
+    t = np.linspace(-m - 12.0, m + 12.0, grid)  # beyond 12 standard deviations both tails are below 1e-32
+    q_tail, p_tail = _sampled_curve(np.float64(mu), p, relation, t)
+    p_tail = 1.0 - p_tail  # P_D(x > t)
+    best = float(np.max(p_tail - math.exp(epsilon) * q_tail))
+    # the other order: D' against D, tests "x < t"
+    q_low = (1 - p) * ndtr(t) + p * (ndtr(t + m) if relation == "replace" else ndtr(t))
+    best = max(best, float(np.max(q_low - math.exp(epsilon) * (1.0 - p_tail))))
+    return max(0.0, best)
+
+
+def sampled_epsilon(mu: float, p: float, relation: str, delta: float) -> float:
+    """The epsilon of the sampled-Gaussian family member at ``delta``."""
+    from scipy.optimize import brentq
+
+    if p >= 1.0:
+        return gdp_epsilon(mu if relation == "replace" else mu, delta)
+    if not math.isfinite(mu):
+        return math.inf
+    if mu <= 0 or sampled_delta(mu, p, relation, 0.0) <= delta:
+        return 0.0
+    hi = 1.0
+    while sampled_delta(mu, p, relation, hi) > delta and hi < 1e3:
+        hi *= 2.0
+    return float(brentq(lambda e: sampled_delta(mu, p, relation, e) - delta, 0.0, hi, xtol=1e-6))

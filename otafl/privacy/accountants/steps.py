@@ -78,9 +78,13 @@ def _grid_up(p: float) -> float:
 
 
 def _grid_down(z: float, floor: float) -> float:
-    """z rounded down to the geometric grid, never below ``floor`` (less noise: conservative)."""
-    if not math.isfinite(z) or z <= floor or z <= 0.0:
+    """z rounded down to the geometric grid, never below ``floor`` (less noise: conservative). z is
+    at least ``floor`` in exact arithmetic (the last step has the head's noise and more); one ulp
+    below it (sigma sqrt(m) computed twice) is ``floor``."""
+    if not math.isfinite(z) or z <= 0.0:
         return z
+    if z <= floor:
+        return floor if z >= floor * (1.0 - 1e-12) else z
     step = math.log1p(_P_GRID)
     return max(floor, math.exp(math.floor(math.log(z) / step + 1e-9) * step))
 
