@@ -163,9 +163,16 @@ def check_scaling_grid(*, k_min, k_max, points, exact_points, p, a, sigma2, clip
                        snr_db) -> list[str]:
     """``scaling_grid``'s inputs that need no K values (those of ``scaling_curves`` with them
     are checked there); returns the accountants as a list without repeats."""
-    accountants = check_accountants(accountants)
     check_range("exact_points", exact_points, lo=2)
     check_log_users(k_min, k_max, points)
+    return check_scaling_inputs(p=p, a=a, sigma2=sigma2, clip=clip, delta_l=delta_l, accountants=accountants,
+                                dim=dim, n0=n0, snr_db=snr_db)
+
+
+def check_scaling_inputs(*, p, a, sigma2, clip, delta_l, accountants, dim, n0, snr_db) -> list[str]:
+    """The inputs ``scaling_grid`` and ``scaling_curves`` share (not the K values); returns the
+    accountants as a list without repeats."""
+    accountants = check_accountants(accountants)
     check_range("p", p, lo=0.0, hi=1.0, lo_open=True)
     check_range("a", a, lo=0.0, lo_open=True)
     check_scale("sigma2", sigma2)

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from otafl.device import default_threads
-from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, SCALING_SCHEMES, check_accountants
-from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
+from otafl.api.defaults import JSON_NON_FINITE, PAPER_DIM, SCALING_SCHEMES
+from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants import get_accountant
 
 __all__ = ["SCHEMES", "THEORY_SLOPES", "SLOW_ACCOUNTANTS", "fit_loglog_slope", "log_users", "scaling_curves",
@@ -83,7 +83,7 @@ def _fit(users: Sequence[int], eps: Sequence[float]) -> dict:
             "k_mid": mid}
 
 
-from otafl.api.checks import MAX_USERS, check_log_users, check_scaling_grid  # noqa: E402 (torch-free)
+from otafl.api.checks import MAX_USERS, check_log_users, check_scaling_grid, check_scaling_inputs  # noqa: E402 (torch-free)
 
 
 def log_users(k_min: float, k_max: float, points: int) -> list[int]:
@@ -134,15 +134,8 @@ def scaling_curves(*, users: Sequence[float] | dict[str, Sequence[float]], p: fl
     ``k_mid``); plus the inputs ``p a sigma2 clip delta_l delta_prime dim n0 snr_db`` and
     the derived ``alignment_gain`` and ``channel_noise_var`` (N0 / c^2).
     """
-    accountants = check_accountants(accountants)
-    check_range("p", p, lo=0.0, hi=1.0, lo_open=True)
-    check_range("a", a, lo=0.0, lo_open=True)
-    check_scale("sigma2", sigma2)
-    check_scale("clip", clip)
-    check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
-    check_range("dim", dim, lo=1)
-    check_scale("n0", n0, zero=True)
-    check_snr_db("snr_db", snr_db)
+    accountants = check_scaling_inputs(p=p, a=a, sigma2=sigma2, clip=clip, delta_l=delta_l, accountants=accountants,
+                                       dim=dim, n0=n0, snr_db=snr_db)
     device = torch.device(device)
     by_name = users if isinstance(users, dict) else {name: users for name in accountants}
     missing = [name for name in accountants if name not in by_name]
