@@ -60,16 +60,8 @@ class TrialLocalSteps(LocalSteps):
         with its own trial's correction c - c_k."""
         rows = active.nonzero().view(-1)
         trial = torch.div(rows, self.users, rounding_mode="floor")
-        correction = None
-        if self.c_users is not None:
-            correction = self.c_trials.index_select(0, trial) - self.c_users.index_select(0, rows)
-        u, losses = local_updates(self.model, self.w.index_select(0, trial), self.x_train, self.y_train,
-                                  self.index.index_select(0, rows), self.counts.index_select(0, rows),
-                                  self._draws(rows, self.S, self.q), local_lr=self.lr, record_sampling=self.q,
-                                  record_clip=self.C, step_noise=self.sigma, correction=correction,
-                                  method=self.method, gradient_sums=self.gradient_sums, buffers=self.rows)
-        if self.c_users is not None:
-            self.c_users[rows] = -u / (self.lr * self.S)
+        c = None if self.c_users is None else self.c_trials.index_select(0, trial)
+        u, losses = self._local_rows(rows, self.w.index_select(0, trial), c)
         grads = StackedGradients(u * self.scale, losses)
         return grads, float(losses.mean()) if losses.numel() else float("nan"), \
             float((grads.norms > self.L).float().mean()) if losses.numel() else 0.0

@@ -339,19 +339,24 @@ class LocalSteps:
         """The active users' transmit vectors (L / B) u_k as StackedGradients, the mean training
         loss and the fraction of users whose update exceeds B (clipped by the aggregator)."""
         users = active.nonzero().view(-1)
-        correction = None
-        if self.c_users is not None:
-            correction = self.c[None, :] - self.c_users.index_select(0, users)
-        u, losses = local_updates(self.model, self.weights, self.x_train, self.y_train,
+        u, losses = self._local_rows(users, self.weights, None if self.c_users is None else self.c[None, :])
+        sent = u * self.scale
+        grads = StackedGradients(sent, losses)
+        return grads, float(losses.mean()), float((grads.norms > self.L).float().mean())
+
+    def _local_rows(self, users: Tensor, weights: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The S local steps of ``users`` (row indices) from ``weights`` ([d] or one row per user),
+        SCAFFOLD's correction c - c_k from ``c`` ([1, d] or one row per user; None for FedAvg), whose
+        c_k are then updated; returns (u [n, d], losses [n])."""
+        correction = None if c is None else c - self.c_users.index_select(0, users)
+        u, losses = local_updates(self.model, weights, self.x_train, self.y_train,
                                   self.index.index_select(0, users), self.counts.index_select(0, users),
                                   self._draws(users, self.S, self.q), local_lr=self.lr, record_sampling=self.q,
                                   record_clip=self.C, step_noise=self.sigma, correction=correction,
                                   method=self.method, gradient_sums=self.gradient_sums, buffers=self.rows)
-        if self.c_users is not None:
+        if c is not None:
             self.c_users[users] = -u / (self.lr * self.S)
-        sent = u * self.scale
-        grads = StackedGradients(sent, losses)
-        return grads, float(losses.mean()), float((grads.norms > self.L).float().mean())
+        return u, losses
 
     def apply(self, estimate: Tensor, *, participants: int, mu: float, unknown: bool) -> None:
         """Server step from the estimate of the mean transmit vector (L / B) u (``clip``: the mean
