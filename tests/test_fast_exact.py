@@ -62,6 +62,17 @@ def test_convex_envelope_matches_the_scan():
                                rtol=0.0, atol=1e-15)
 
 
+def test_a_profile_falling_to_zero_composes_without_negative_deltas():
+    """A profile that falls by ~1e-12 per grid point reaches 0 through denormals, and
+    interpolating towards the zero vertex rounded to -5e-324, which dp_accounting refused
+    ("deltas are not between 0 and 1": the CI failure of the Table II(b) p = 0.5 run)."""
+    gap, i = 0.04005, np.arange(45)
+    pos = 0.93 * np.exp(-27.55 * i)
+    assert pld.lower_convex_envelope(np.exp(gap * i), pos).min() >= 0.0
+    eps = pld.compose_profiles([(pos, 3)], gap=gap, delta_target=1e-5)
+    assert 0.0 < eps < 3 * gap * 45  # finite, and below the grid's reach over three rounds
+
+
 def test_integer_order_rdp_matches_opacus():
     """The array form of the sampled Gaussian's RDP equals Opacus' loop (1e-9 relative, or
     1e-15 absolute for values near 0, where both are rounding noise)."""

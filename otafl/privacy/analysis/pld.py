@@ -63,7 +63,10 @@ def lower_convex_envelope(x, y):
         if not above.any():
             break
         keep = np.concatenate([keep[:1], keep[1:-1][~above], keep[-1:]])
-    return np.interp(x, x[keep], y[keep])
+    # The constant min(y) is a convex minorant, so the envelope is >= min(y); interpolating
+    # towards a zero vertex can round a denormal below it (-5e-324: dp_accounting then refuses
+    # the profile as a delta), so the floor is applied.
+    return np.maximum(np.interp(x, x[keep], y[keep]), y.min())
 
 
 def _lower_convex_envelope_scan(x, y):
@@ -413,7 +416,7 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
         neg = 1.0 - np.exp(-e_np) + np.exp(-e_np) * pos  # delta(-eps_i)
         # Rounding in the lines above can break monotonicity by an ulp; a running minimum of
         # upper bounds on a non-increasing profile is still an upper bound on it.
-        deltas = np.minimum.accumulate(np.concatenate([neg[::-1], pos[1:]]))
+        deltas = np.clip(np.minimum.accumulate(np.concatenate([neg[::-1], pos[1:]])), 0.0, 1.0)
         pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -points, points, deltas)
         return PrivacyLossDistribution(pmf)
 
