@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from procs import interruptible
 from click.testing import CliRunner
 
 from otafl.cli.main import cli
@@ -714,7 +715,7 @@ def _signal_otafl(tmp_path, args, sig, ready, settle=0.5):
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "otafl", *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.DEVNULL, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not ready():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
