@@ -155,3 +155,14 @@ def test_a_bad_value_is_refused_in_one_line_before_torch_loads(tmp_path, args, l
     assert res == {"code": 2, "heavy": []}
     assert out.stderr.splitlines() == [line]
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_accounting_a_round_exactly_does_not_import_sympy():
+    """torch.broadcast_shapes imports sympy on its first call (1.3 s); the accountants use
+    numpy's rule instead, so `bound` pays only for what it computes."""
+    code = ("import sys; from otafl.cli.main import cli\ntry:\n    cli(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print('exit', e.code)\nprint('torch' in sys.modules, 'sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, "bound", "--users", "20", "--p", "0.5", "--sigma2", "0.1",
+                          "--n0", "0", "--accountant", "exact,tight,paper", "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-2:] == ["exit 0", "True False"], out.stderr[-2000:]
