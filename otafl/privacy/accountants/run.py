@@ -39,6 +39,7 @@ from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
 from otafl.privacy.analysis.concentration import AutoShare
+from otafl.privacy.csi import exact_keys, has_mismatch, refuse_unless_supported, target_frame
 from otafl.privacy.facts import RoundFacts, stack_facts
 
 __all__ = [
@@ -168,7 +169,10 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     if delta_target is not None:
         check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    refuse_unless_supported(facts, accountants)  # estimated CSI: only exact, tight, paper read the mismatch
     x = stack_facts(facts)
+    if has_mismatch(facts):  # tight, paper: the perfect-CSI round that dominates each (docs/privacy/csi.md#csi)
+        x = stack_facts([target_frame(f, scale_own=True) for f in facts])
     results: dict[str, AccountantResult] = {}
     share = split_share(delta_prime, delta_target, len(facts))
     for name in accountants:
@@ -306,7 +310,11 @@ def exact_total(facts: Sequence[RoundFacts], kind: str, *, delta_l: float, delta
     else:
         delta_t = torch.stack([torch.as_tensor(f.participation_prob, dtype=torch.float64).amax() for f in facts]
                               ) * delta_l
-    keys = run_row_keys(facts, kind, resolution)
+    if has_mismatch(facts):  # estimated CSI: the dominating rows of every target's frame (docs/privacy/csi.md#csi)
+        keys = exact_keys(run_row_keys([target_frame(f, scale_own=False) for f in facts], kind, resolution),
+                          facts, kind)
+    else:
+        keys = run_row_keys(facts, kind, resolution)
     row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
     eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
     delta_basic = float(delta_t.sum().clamp(max=1.0))
