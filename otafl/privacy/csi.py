@@ -41,6 +41,13 @@ from otafl.privacy.facts import RoundFacts
 __all__ = ["CSI_ACCOUNTANTS", "exact_keys", "has_mismatch", "others_scale", "refuse_unless_supported",
            "target_frame"]
 
+DIMENSION_FREE_ABOVE = 64
+"""Above this model dimension a mismatched round's central rows take ``exact``'s dimension-free
+bound (d -> inf, an upper bound for every d: a lower-dimensional output is a projection of a
+higher one) instead of eq. (1)'s d-dimensional cells. Eq. (5) is out in such rounds, and eq. (1)'s
+cells cost about 20 s a round at d = 7850 (K = 200) on a 2-core machine, where the norm of the
+output reveals participation anyway (measured: docs/privacy/csi.md#csi-cost)."""
+
 CSI_ACCOUNTANTS = ("exact", "tight", "paper")
 """The accountants that read the gain mismatch of estimated CSI."""
 
@@ -83,14 +90,16 @@ def exact_keys(keys: list[tuple], facts: Sequence[RoundFacts], kind: str) -> lis
     """``exact``'s row keys of the rounds :func:`target_frame` (``scale_own=False``) made, with each
     mismatched round's central rows given the others' floor kappa sigma_o^2 and eq. (1) only
     (the key layout of :func:`otafl.privacy.accountants.exact_run.round_row_keys`:
-    ``("c", p, own, others, ch, a, dim, law, total_ok)``). Local rows (n = 0) have no others."""
+    ``("c", p, own, others, ch, a, dim, law, total_ok)``), and above :data:`DIMENSION_FREE_ABOVE`
+    dimensions the dimension-free bound (dim None). Local rows (n = 0) have no others."""
     if kind != "central":
         return keys
     out = []
     for ks, f in zip(keys, facts):
         if has_mismatch(f):
             kappa = others_scale(f)
-            ks = tuple((*k[:3], k[3] * kappa, *k[4:8], False) for k in ks)
+            ks = tuple((*k[:3], k[3] * kappa, *k[4:6], None if k[6] > DIMENSION_FREE_ABOVE else k[6], k[7], False)
+                       for k in ks)
         out.append(ks)
     return out
 
