@@ -130,6 +130,10 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
 
         y_t / c_t = sum_k c_k g_k + sum_k n_k + m_t / c_t,     m_t ~ N(0, N0 I_d).
 
+    With estimated CSI (``setup.csi``) alpha_k = c_t / h_hat_k and c_t come from the known gains,
+    and each sender arrives times r_k = h_k / h_hat_k: y_t / c_t = sum_k r_k (c_k g_k + n_k) +
+    m_t / c_t (docs/model.md#channel-state-information).
+
     ``superposition`` chooses how that is simulated:
 
     ``"aggregate"`` (default)
