@@ -212,14 +212,17 @@ def test_a_run_with_estimated_csi_records_the_mismatch_and_perfect_records_none(
     assert [r["alignment_gain"] for r in est.rounds] != [r["alignment_gain"] for r in base.rounds]
 
 
-@pytest.mark.parametrize("base", ["experiments/audit-ota.toml", "experiments/audit-hidden.toml"])
-def test_audit_run_with_estimated_csi_stays_below_every_accountants_claim(base):
+@pytest.mark.parametrize("base, scope", [("experiments/audit-ota.toml", "central"),
+                                         ("experiments/audit-hidden.toml", "central"),
+                                         ("experiments/audit-ota.toml", "local")])
+def test_audit_run_with_estimated_csi_stays_below_every_accountants_claim(base, scope):
     # The simulator's own estimated-CSI rounds (pilot SNR 5 dB, the estimates drawn once with the
     # channel, as the accountants condition on them), 2000 trials per neighbour, audit seed 0.
     from otafl.api.audit_run import audit_run
     from otafl.config import load_audit_spec
 
-    spec, audit = load_audit_spec(base, ["channel.csi='estimated'", "channel.pilot_snr_db=5", "audit.trials=2000"])
+    spec, audit = load_audit_spec(base, ["channel.csi='estimated'", "channel.pilot_snr_db=5", "audit.trials=2000",
+                                         f"audit.scope='{scope}'"])
     out = audit_run(spec, audit)
     assert out["main"] == "exact" and out["epsilon_lower"] > 0
     for name, row in out["accountants"].items():
