@@ -228,3 +228,20 @@ def test_audit_run_with_estimated_csi_stays_below_every_accountants_claim(base, 
     for name, row in out["accountants"].items():
         assert not row["exceeded"], (name, row)
     assert out["epsilon_lower"] <= out["upper"]["exact"]
+
+
+def test_an_estimate_without_error_reproduces_the_perfect_csi_run_exactly():
+    # csi_error_var = 0: h_hat = h, r = 1; the same seed gives the same model, rounds and epsilons.
+    from otafl.fl.loop import run_experiment
+
+    common = ["train.rounds=4", "data.users=12", "data.name='synthetic'", "data.samples=400",
+              "privacy.accountants=['exact','tight']", "sampling.p=0.5", "train.eval_every=2"]
+    perfect = run_experiment(load_spec("experiments/audit-ota.toml", overrides=common))
+    zero = run_experiment(load_spec("experiments/audit-ota.toml", overrides=common + [
+        "channel.csi='estimated'", "channel.csi_error_var=0"]))
+    for a, b in zip(perfect.rounds, zero.rounds):
+        assert b.pop("csi_ratio_min") == 1.0 and b.pop("csi_ratio_max") == 1.0
+        assert a == b
+    drop = {"wall_seconds"}
+    assert {k: v for k, v in perfect.summary.items() if k not in drop} == \
+        {k: v for k, v in zero.summary.items() if k not in drop}
