@@ -395,6 +395,8 @@ class ChannelSetup:
 
     power : [K] float64, P_k = SNR_k d N0 (transmit power budget, signal units)
     noise_var : [K] float64, sigma_k^2 (artificial noise, gradient units)
+    csi : None (perfect CSI: alignment inverts h) or the run's known gains
+        (:class:`otafl.channel.csi.KnownGains`: alignment inverts h_hat, docs/model.md#channel-state-information)
 
     Derived once (not an argument): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
     that user k's alignment bound in a round is h_k * bound_scale_k
@@ -408,6 +410,7 @@ class ChannelSetup:
     dim: int
     alignment: str = "min"
     threshold: float | None = None
+    csi: object | None = field(default=None, repr=False, compare=False)  # KnownGains (estimated CSI) or None (perfect)
     bound_scale: Tensor = field(init=False, repr=False)
 
     def __post_init__(self):
