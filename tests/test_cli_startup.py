@@ -125,6 +125,12 @@ BAD_VALUES = [  # one-line input errors found by the torch-free checks (otafl/ap
     (["bound", "--p", "0.5", "--rounds", "1000000000000"], "error: users = 200 with the exact accountant's "
      "totals over 1000000000000 rounds (per-user facts) needs about 5.68 PiB, over the memory limit of 8 GiB (raise it with otafl --memory-limit GB or "
      "OTAFL_MEMORY_LIMIT_GB)"),
+    (["bound", "--accountant", "steps", "--local-steps", "0"],
+     "error: local_steps = 0 is outside the allowed range [1, 100000] (integers)"),
+    (["bound", "--accountant", "exact", "--record-sampling", "2"],
+     "error: record_sampling = 2.0 is outside the allowed range (0, 1]"),
+    (["bound", "--accountant", "steps", "--local-steps", "2"],
+     "error: local_steps and record_sampling need step_noise (the per-step noise multiplier)"),
     (["audit", "--p", "0.5", "--samples", "0"], "error: samples = 0 is outside the allowed range [1, inf)"),
     (["plot-accountants", "--p", "2", "--out", "OUT/a.png"], "error: p = 2.0 is outside the allowed range (0, 1]"),
     (["scaling", "--points", "1"], "error: points = 1 is outside the allowed range [2, inf)"),
