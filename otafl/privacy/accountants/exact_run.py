@@ -83,6 +83,14 @@ point. Measured (issue 31): 4 saves 2.3x of the profile time on the Table II(a) 
 and +2.3 % local on small random heterogeneous rounds at d = 30, over the 0.5 % allowed;
 refining where the chords undercut eq. (5) gives every point's totals back but not the time."""
 NO_ROUNDING = Resolution(0.0, 0.0)
+PROFILE_GRID = CellGrid(quantile_cells=16, posterior_cells=32)
+"""The s cells of eq. (1) in the totals' profiles: a quarter of :data:`DEFAULT_GRID`'s edges,
+nested in them (so never below its bound). Measured on the paper preset's 1000-round run
+(issue 31): the local total +0.004 % for a quarter of eq. (1)'s cost; the central total
+unchanged (eq. (1) does not enter it there)."""
+SCREEN_SLACK = 1e-3
+"""Largest relative share of a run's total that the screen of
+:func:`compose_exact_rounds` lets eq. (1) (d-dimensional, costly) leave unclaimed."""
 
 
 # ---------------------------------------------------------------- row keys
@@ -315,8 +323,8 @@ def _chord_fill(values: "np.ndarray", idx: "np.ndarray", eps: "np.ndarray") -> "
 
 
 def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points: int = 64,
-                         max_points: int = 2048, grid: CellGrid = DEFAULT_GRID,
-                         others_stride: int = OTHERS_STRIDE) -> dict:
+                         max_points: int = 2048, grid: CellGrid = PROFILE_GRID,
+                         others_stride: int = OTHERS_STRIDE, slack: float = SCREEN_SLACK) -> dict:
     """Total epsilon at ``delta_target`` of rounds given as tuples of row keys (PLD).
 
     A round's profile is the pointwise maximum of its rows' upper bounds (it dominates
@@ -328,22 +336,33 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     rounds' PLDs a few points wide, 4-6 % too pessimistic over fading runs). Each row is
     evaluated at about ``points`` grid points spread over its own reach, and filled in
     between by chords in e^eps (above its convex true profile) and beyond its reach by its
-    last value; the rest of each round's mass is left as infinite loss. Eq. (1) in d
-    dimensions (the costly bound) enters at every ``others_stride``-th of a row's points
-    only, with chords in e^eps between (:func:`~otafl.privacy.analysis.pld.round_profile`'s
-    ``stride``; eq. (5) at every point). The law of n keeps
+    last value; the rest of each round's mass is left as infinite loss. The law of n keeps
     all but min(1e-15, 1e-6 delta_target). Distinct rounds are composed with their
     multiplicities (:func:`otafl.privacy.analysis.pld.compose_profiles`).
+
+    Eq. (1) in d dimensions (the costly bound) is screened on the whole run first: the
+    rows' profiles are built from eq. (5) alone (``others="skip"``) and, as a floor, from
+    the smaller of eq. (5) and eq. (1)'s d = 1 lower bound (below every d-dimensional
+    eq. (1) bound: composition is monotone in the profiles, so no use of eq. (1) can bring
+    the total below the floor's total). Where the floor's total is within a relative
+    ``slack`` of eq. (5)'s, eq. (5)'s total is stated (at most ``slack`` looser than with
+    eq. (1)); otherwise eq. (1) enters the rows where its floor is below eq. (5), at every
+    ``others_stride``-th of a row's points (chords in e^eps between) and only where its
+    probe says it helps (:func:`~otafl.privacy.analysis.pld.round_profile`), with the s
+    cells of ``grid`` (:data:`PROFILE_GRID`: coarser than the per-round epsilons', nested
+    in them, so never lower).
 
     Returns
     -------
     dict: ``epsilon`` (float; +inf if a row's bound never reaches the floor, 0 without
     rows), ``gap`` (nan when no PLD was built), ``points`` (N, when a PLD was built),
-    ``distinct_rounds``, ``distinct_rows``.
+    ``distinct_rounds``, ``distinct_rows``, ``screened`` (True when eq. (1) was left out by
+    the screen).
     """
     import numpy as np
 
-    from otafl.privacy.analysis.pld import MAX_GRID_EPS, compose_profiles, profile_grid, round_profile
+    from otafl.privacy.analysis.pld import (MAX_GRID_EPS, compose_profiles, others_floor, profile_grid,
+                                            round_profile, total_upper)
 
     counts: dict[tuple, int] = {}
     for r in rounds:
@@ -366,7 +385,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     n = int(min(max_points, max(points, math.ceil(points * e_max / max(e_small, 1e-300)))))
     gap, eps = profile_grid(e_max, n)
     eps_np = eps.numpy()
-    prof = {}
+    skip, floor, later = {}, {}, []
     for batch, spec in specs:
         # Rows are evaluated in groups sharing one set of points: each row's stride (about
         # its reach / points grid steps) is rounded down to a power of two, and its group
@@ -383,10 +402,32 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
             top = max(tops[i] for i in members)
             sel = torch.tensor(members)
             ix = np.asarray(sorted(set(range(0, top + 1, stride)) | {top}))
-            vals = round_profile(eps[ix], take_rows(spec, sel), grid=grid, probe_delta=delta_target / T,
-                                 stride=others_stride).numpy()
-            for j, v in zip(members, vals):
-                prof[batch[j]] = _chord_fill(v, ix, eps_np)
-    profiles = [(np.max([prof[k] for k in r], axis=0), c) for r, c in counts.items() if r]
-    return {"epsilon": compose_profiles(profiles, gap=gap, delta_target=delta_target), "gap": gap, "points": n,
-            **info}
+            sub = take_rows(spec, sel)
+            up5 = total_upper(eps[ix], sub) if total_count_law(sub.law, sub.participation_prob) is not None else None
+            vals = round_profile(eps[ix], sub, grid=grid, others="skip", upper=up5)
+            if up5 is not None and sub.dim is not None and sub.dim > 1:
+                low = torch.minimum(vals, others_floor(eps[ix], sub))
+                helps = (low < vals).any(1)
+                if bool(helps.any()):
+                    later.append((sub, ix, members, batch, torch.nonzero(helps).reshape(-1), up5))
+            else:
+                low = vals
+            for j, v, lo in zip(members, vals.numpy(), low.numpy()):
+                skip[batch[j]] = _chord_fill(v, ix, eps_np)
+                floor[batch[j]] = _chord_fill(lo, ix, eps_np)
+
+    def total(prof):
+        return compose_profiles([(np.max([prof[k] for k in r], axis=0), c) for r, c in counts.items() if r],
+                                gap=gap, delta_target=delta_target)
+
+    eps_skip = total(skip)
+    screened = bool(later)
+    if later and not total(floor) >= (1 - slack) * eps_skip:
+        screened = False
+        for sub, ix, members, batch, helps, up5 in later:
+            vals = round_profile(eps[ix], take_rows(sub, helps), grid=grid, probe_delta=delta_target / T,
+                                 stride=others_stride, upper=up5[helps])
+            for j, v in zip(helps.tolist(), vals.numpy()):
+                skip[batch[members[j]]] = _chord_fill(v, ix, eps_np)
+        eps_skip = total(skip)
+    return {"epsilon": eps_skip, "gap": gap, "points": n, "screened": screened, **info}
