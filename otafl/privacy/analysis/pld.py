@@ -27,7 +27,7 @@ from otafl.privacy.analysis.count_law import lump_counts, total_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, take_rows, with_dim
 from otafl.privacy.analysis.pld_dense import compose_dense_counted, connect_dots_pmf, dense_arrays  # noqa: F401
 
-__all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "total_upper", "others_floor", "profile_grid",
+__all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "total_upper", "others_floor", "probe_rows", "profile_grid",
            "compose_profiles"]
 
 _DT = torch.float64
@@ -151,17 +151,7 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
     elif probe_delta is None:
         cand = torch.nonzero((d1_lower(eps.expand(R, E)) < up).any(1)).reshape(-1)
     else:
-        below = up <= probe_delta
-        at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
-        up_at = up.gather(1, at[:, None])[:, 0]
-        low_at = d1_lower(eps[at][:, None])[:, 0]
-        prev = (at - 1).clamp(min=0)
-        # The epsilon eq. (1) could save at the probe, from eq. (5)'s log-slope there.
-        slope = (torch.log(up[torch.arange(R), prev]) - torch.log(up_at)) / (eps[at] - eps[prev]).clamp(min=1e-300)
-        # Its d = 1 lower bound caps what the d-dimensional eq. (1) can save: rows where even
-        # that saves no more than ``slack`` skip the costly cells (at K = 10^4 most rows).
-        could = torch.log(up_at / low_at) / slope
-        cand = torch.nonzero((low_at < up_at) & ~(could <= slack * eps[at])).reshape(-1)
+        cand, at, up_at, slope = _probe(eps, spec, up, probe_delta, slack, d1_lower)
         if cand.numel():
             d_probe = _others_upper(eps[at[cand]][:, None], spec, cand, grid, max_elements, lump)[:, 0]
             saved = torch.log(up_at[cand] / d_probe) / slope[cand]
@@ -180,6 +170,39 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
             full[:, sparse] = u1
         up[cand] = torch.minimum(up[cand], full)
     return up
+
+
+def _probe(eps, spec, up, probe_delta, slack, d1_lower):
+    """Rows where eq. (1)'s d = 1 lower bound could save more than ``slack`` of eq. (5)'s
+    epsilon at the probe point (the first point where eq. (5) is <= ``probe_delta``), and
+    (probe index, eq. (5) there, eq. (5)'s log-slope there) per row."""
+    R, E = up.shape
+    below = up <= probe_delta
+    at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
+    up_at = up.gather(1, at[:, None])[:, 0]
+    low_at = d1_lower(eps[at][:, None])[:, 0]
+    prev = (at - 1).clamp(min=0)
+    # The epsilon eq. (1) could save at the probe, from eq. (5)'s log-slope there.
+    slope = (torch.log(up[torch.arange(R), prev]) - torch.log(up_at)) / (eps[at] - eps[prev]).clamp(min=1e-300)
+    # Its d = 1 lower bound caps what the d-dimensional eq. (1) can save: rows where even
+    # that saves no more than ``slack`` skip the costly cells (at K = 10^4 most rows).
+    could = torch.log(up_at / low_at) / slope
+    return torch.nonzero((low_at < up_at) & ~(could <= slack * eps[at])).reshape(-1), at, up_at, slope
+
+
+def probe_rows(eps: torch.Tensor, spec: RoundSpec, up: torch.Tensor, probe_delta: float, slack: float = 1e-3,
+               max_elements: int = 1 << 18) -> torch.Tensor:
+    """The rows of ``spec`` where :func:`round_profile` (with ``probe_delta``) may use eq. (1)
+    in d dimensions: its d = 1 lower bound saves more than ``slack`` at the probe. ``up``:
+    eq. (5) at ``eps`` [R, E]. Index tensor."""
+    R, N = spec.participation_prob.shape[0], spec.law.weight.shape[1]
+    rows = max(1, max_elements // max(1, N + 1))
+
+    def d1_lower(e):
+        return torch.cat([round_delta(e[s:s + rows], take_rows(with_dim(spec, 1), torch.arange(s, min(R, s + rows))),
+                                      conditioning="others")[1] for s in range(0, R, rows)])
+
+    return _probe(eps, spec, up, probe_delta, slack, d1_lower)[0]
 
 
 def total_upper(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18) -> torch.Tensor:
