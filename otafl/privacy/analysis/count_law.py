@@ -237,7 +237,7 @@ of ``floor(TOTAL_LUMP * m)`` consecutive counts (from m about 2000 on, K about 4
 p = 0.5; none at the paper preset's K = 200)."""
 
 
-def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float = TOTAL_LUMP) -> TotalLaw | None:
+def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float | None = None) -> TotalLaw | None:
     r"""Law of the total count m = n + 1{k takes part} and P(k in | m), from the others' window.
 
         P(m) = (1 - p) P_o(m) + p P_o(m - 1),   pi_m = p P_o(m - 1) / P(m),
@@ -247,7 +247,7 @@ def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float
     "k absent" is in the window, pi = 0; at m = hi + 1 only "k present", pi = 1); the rest
     is the law's dropped mass. None when the law lumps blocks (or is empty).
 
-    With ``lump`` > 0, consecutive m (all but the first and last) are merged into blocks of
+    With ``lump`` > 0 (None: :data:`TOTAL_LUMP`), consecutive m (all but the first and last) are merged into blocks of
     width floor(lump * smallest m) when that is at least 2, each block carried by its
     smallest m (the least noise, w_m = m sigma_o^2 + ch) with its largest pi_m and its total
     weight. Sound for eq. (5): its term h_m(pi) is non-decreasing in pi (convex, h(0) = 0)
@@ -265,6 +265,7 @@ def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float
     weight = absent + present
     share = torch.where(weight > 0, present / weight.clamp(min=1e-300), torch.zeros_like(weight))
     m = law.n_first[:, :1] + torch.arange(wt.shape[1] + 1, dtype=_DT, device=wt.device)
+    lump = TOTAL_LUMP if lump is None else lump
     width = int(lump * float(m[:, 0].min())) if lump > 0 and m.shape[0] else 0
     M = m.shape[1]
     if width >= 2 and M > 2 + width:
