@@ -72,3 +72,22 @@ def test_per_round_epsilons_on_the_coarser_cells_are_above_the_default_grid_and_
         fine = er.row_epsilons(keys, 1e-5, grid=DEFAULT_GRID)
         for k in ours:
             assert fine[k] * (1 - REL) <= ours[k] <= fine[k] * (1 + tol)
+
+
+def test_lumped_check_of_eq_1_keeps_the_per_round_epsilon(monkeypatch):
+    """round_epsilon checks where eq. (1) can beat eq. (5) with the law of n in blocks (an
+    upper bound on eq. (1)): at K = 10^4 (blocks of ~10 counts) the epsilons are at least those
+    of the unlumped check (1e-9) and within 0.2 % of them, at much channel noise (N0 = 50,
+    where eq. (1) wins on some rows) and little."""
+    from otafl.privacy.analysis import ota_round
+
+    for n0 in (1.0, 50.0):
+        keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(10_000, 210, rounds=4, n0=n0), "central")
+                                  for k in ks))
+        spec = er._spec(keys, 1e-12)
+        t = torch.full((len(keys),), 1e-5, dtype=F64)
+        ours = round_epsilon(t, spec)
+        monkeypatch.setattr(ota_round, "CHECK_LUMP", 0.0)
+        plain = round_epsilon(t, spec)
+        monkeypatch.undo()
+        assert bool((ours >= plain * (1 - REL)).all()) and bool((ours <= plain * 1.002).all())
