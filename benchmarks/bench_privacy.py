@@ -27,7 +27,7 @@ p = 0.5, N0 = 1, d = 7850) with ``privacy.accountants = []``: its per-round
   more than the synthetic gains' (``exact_total_central_K10000_run`` / ``_local_``: its totals);
 - ``exact_account_ms_round_paper_run``: ``account_run(..., accountants=["exact"])`` of the
   run's own facts at the run's total delta (``--delta-total``, 1e-5 as ``privacy.delta_total``),
-  caches cleared, per round (issue 31's target: at most 1.5 ms);
+  caches cleared, per round (issue 31's target: at most 1.5 ms), ``exact_paper_run_totals`` its totals;
   ``paper_tight_account_ms_round_paper_run`` the same for ``paper`` and ``tight`` together
   (target 0.5 ms), ``paper_run_totals`` their totals;
 - ``account_run_s``: a whole ``account_run(..., accountants=["exact"])`` (caches cleared,
@@ -40,6 +40,7 @@ work done, not the machine's load); ``*_wall`` keys give wall-clock seconds.
 
     python benchmarks/bench_privacy.py            # table
     python benchmarks/bench_privacy.py --json     # one JSON object
+    python benchmarks/bench_privacy.py --json --run-keys-only   # the three keys of a run's own facts
 """
 
 from __future__ import annotations
@@ -132,6 +133,16 @@ def large_k(rounds: int, delta_l: float, users=(1000, 10_000, 100_000)) -> dict:
         result, cpu, _ = timed(lambda: account_run(facts, accountants=["exact"], delta_l=delta_l))
         out[f"exact_account_ms_round_K{K}"] = 1e3 * cpu / rounds
         out[f"exact_total_central_K{K}"] = result["exact"].summary_fields().get("exact_epsilon_central_total")
+    out.update(k10000_run(rounds, delta_l))
+    return out
+
+
+def k10000_run(rounds: int, delta_l: float) -> dict:
+    """``exact_account_ms_round_K10000_run`` and the totals it states."""
+    from otafl.privacy.accountants import account_run
+    from otafl.privacy.accountants import exact_run as engine
+
+    out = {}
     # The loop's own rounds at K = 10^4 (experiments/large-k.toml, bounds only): the alignment
     # gain is the minimum over ~5,000 participants' Rician gains, so the channel noise spans
     # three decades (0.7 to 1,400) where the synthetic gains above span one.
@@ -156,6 +167,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--set", action="append", default=[], help="spec override, e.g. sampling.scheme=channel-aware")
     ap.add_argument("--large-k-rounds", type=int, default=1000, help="rounds of the K = 1e3..1e5 keys (0: skip)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--run-keys-only", action="store_true",
+                    help="only the keys of a run's own facts (issue 31): exact_account_ms_round_paper_run, "
+                         "paper_tight_account_ms_round_paper_run (with paper_run_totals) and, unless "
+                         "--large-k-rounds 0, exact_account_ms_round_K10000_run (with its totals)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -169,25 +184,32 @@ def main(argv=None) -> dict:
     out: dict = {"rounds": T, "users": int(facts[0].participation_prob.numel()), "dim": int(facts[0].dim),
                  "threads": torch.get_num_threads(), "clock": "process_time (CPU s)"}
 
-    # A whole account_run first (caches cleared).
-    engine.clear_caches()
-    (result, cpu, wall), growth = rss_growth(lambda: timed(lambda: account_run(facts, accountants=["exact"],
-                                                                               delta_l=dl)))
-    out["account_run_s"], out["account_run_s_wall"] = cpu, wall
-    out["rss_growth_mib"] = growth
-    ex = result["exact"]
-    out["summary"] = {k: v for k, v in ex.summary_fields().items() if "total" in k or "composition" in k}
+    if not args.run_keys_only:
+        # A whole account_run first (caches cleared).
+        engine.clear_caches()
+        (result, cpu, wall), growth = rss_growth(lambda: timed(lambda: account_run(facts, accountants=["exact"],
+                                                                                   delta_l=dl)))
+        out["account_run_s"], out["account_run_s_wall"] = cpu, wall
+        out["rss_growth_mib"] = growth
+        ex = result["exact"]
+        out["summary"] = {k: v for k, v in ex.summary_fields().items() if "total" in k or "composition" in k}
     # The run's own accounting, as the loop does it (account_run at privacy.delta_total), caches
     # cleared: exact alone, then paper and tight together.
     target = float(args.delta_total)
     engine.clear_caches()
-    _, cpu, wall = timed(lambda: account_run(facts, accountants=["exact"], delta_l=dl, delta_target=target))
+    exact_res, cpu, wall = timed(lambda: account_run(facts, accountants=["exact"], delta_l=dl, delta_target=target))
     out["exact_account_ms_round_paper_run"] = 1e3 * cpu / T
     out["exact_account_ms_round_paper_run_wall"] = 1e3 * wall / T
     res, cpu, _ = timed(lambda: account_run(facts, accountants=["paper", "tight"], delta_l=dl, delta_target=target))
     out["paper_tight_account_ms_round_paper_run"] = 1e3 * cpu / T
     out["paper_run_totals"] = {k: v for name in ("paper", "tight") for k, v in res[name].summary_fields().items()
                                if "epsilon" in k and "total" in k}
+    out["exact_paper_run_totals"] = {k: v for k, v in exact_res["exact"].summary_fields().items()
+                                     if "epsilon" in k and "total" in k}
+    if args.run_keys_only:
+        if args.large_k_rounds > 0:
+            out.update(k10000_run(args.large_k_rounds, dl))
+        return _report(out, args.json)
     # Per-round epsilons through the engine (cold cache).
     engine.clear_caches()
 
@@ -240,9 +262,13 @@ def main(argv=None) -> dict:
     if args.large_k_rounds > 0:
         out.update(large_k(args.large_k_rounds, dl))
 
+    return _report(out, args.json)
+
+
+def _report(out: dict, as_json: bool) -> dict:
     out["peak_rss_mib"] = _peak_mib()
     out["torch"] = torch.__version__
-    if args.json:
+    if as_json:
         print(json.dumps(out, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
     else:
         for key, value in out.items():

@@ -51,6 +51,27 @@ def test_compacted_mixture_stays_in_the_reference_bracket():
     assert bool(torch.allclose(u[tight], u0[tight], rtol=1e-6, atol=1e-20))
 
 
+def test_equal_variance_closed_form_root_stays_in_the_reference_bracket():
+    """Where w = W the certified closed-form root replaces the iteration: its upper bound lies
+    in the reference's [lower, upper] (1e-9 relative below, 1e-6 relative or 1e-20 absolute
+    above, as for the compacted iteration), and agrees with the iteration (quick=False) to
+    1e-8 relative where the bound is above 1e-12 (seed 5, 20,000 random elements)."""
+    g = torch.Generator().manual_seed(5)
+    n = 20000
+    r = lambda: torch.rand(n, generator=g, dtype=torch.float64)  # noqa: E731
+    nrm = lambda: torch.randn(n, generator=g, dtype=torch.float64)  # noqa: E731
+    eps, lam, W, a = 5 * r(), 8 * nrm(), torch.exp(2 * nrm()), torch.exp(nrm())
+    eps[:20] = 0.0
+    x = dict(log_odds=lam, absent_var=W, present_var=W, half_sensitivity=a)
+    u0, l0 = mixture_hockey_stick_reference(eps, **x)
+    u, lo = mixture_hockey_stick(eps, **x)
+    slow, _ = mixture_hockey_stick(eps, quick=False, **x)
+    assert bool((u <= u0 * (1 + 1e-6) + 1e-20).all()) and bool((u >= l0 * (1 - REL)).all())
+    assert bool((lo <= u * (1 + REL) + 1e-300).all())
+    big = slow > 1e-12
+    assert bool(big.sum() > n // 4) and bool(torch.allclose(u[big], slow[big], rtol=1e-8, atol=0))
+
+
 def test_convex_envelope_matches_the_scan():
     """The vectorised envelope equals the monotone-chain scan (1e-15 absolute)."""
     rng = np.random.default_rng(1)

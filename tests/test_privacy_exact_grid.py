@@ -114,7 +114,8 @@ def test_distinct_fading_rows_are_evaluated_in_a_few_batched_groups_with_no_loos
     monkeypatch.setattr(pld, "round_profile", lambda eps, spec, **kw: calls.append(eps.numel()) or real(eps, spec, **kw))
     keys = er.run_row_keys(facts, "central")
     ours = er.compose_exact_rounds(keys, delta_target=41e-5)["epsilon"]
-    assert len(calls) <= 8 < len(set(keys))  # power-of-two strides: a few groups, not one call per row
+    # power-of-two strides: a few groups per pass (the screen's, then eq. (1)'s), not one call per row
+    assert len(calls) <= 16 < len(set(keys))
     ref = FADING_REFERENCES[(0.5, 4.0, 40, 3, 0.05)]  # _reference of these gains (stored)
     assert ref * (1 - 1e-3) <= ours <= ref * 1.02
 

@@ -68,8 +68,16 @@ def local_dp(x: RoundInputs, gaussian_epsilon: Callable[..., Tensor], *, amplify
     Returns a :class:`LocalBound` of natural-shaped tensors.
     """
     s_local = torch.sqrt(x.noise_var + x.channel_noise_var.unsqueeze(-1))
-    eps0 = gaussian_epsilon(sensitivity=x.sensitivity.unsqueeze(-1), noise_std=s_local,
-                            delta=x.delta_l.unsqueeze(-1))
+    sens, std, dl = torch.broadcast_tensors(x.sensitivity.unsqueeze(-1).to(s_local.dtype), s_local,
+                                            x.delta_l.unsqueeze(-1).to(s_local.dtype))
+    if std.numel() > 1 and bool((sens == sens.reshape(-1)[0]).all()) and bool((dl == dl.reshape(-1)[0]).all()):
+        # One root per distinct s_k (Delta and delta_l common): the users of a noise group share
+        # it in a round (a 1000-round, 200-user run has 1000 distinct values, not 200,000).
+        values, where = torch.unique(std.reshape(-1), return_inverse=True)
+        eps0 = gaussian_epsilon(sensitivity=sens.reshape(-1)[:1], noise_std=values,
+                                delta=dl.reshape(-1)[:1])[where].reshape(std.shape)
+    else:
+        eps0 = gaussian_epsilon(sensitivity=sens, noise_std=std, delta=dl)
     p = x.participation_prob
     if amplify:
         eps, _ = amplify_by_sampling(epsilon=eps0, delta=0.0, sampling_rate=p)

@@ -31,7 +31,8 @@ from otafl.privacy.accountants.base import (
     prepare_round,
 )
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
-from otafl.privacy.accountants.exact_run import DEFAULT_RESOLUTION, Resolution, compose_exact_rounds, run_row_keys
+from otafl.privacy.accountants.exact_run import (DEFAULT_RESOLUTION, PROFILE_GRID, Resolution, compose_exact_rounds,
+                                                 run_row_keys)
 from otafl.privacy.analysis.ota_rows import central_rows, local_rows, rows_epsilon
 
 __all__ = ["exact_round", "compose_exact"]
@@ -127,7 +128,7 @@ def exact_round(*, participation_prob, noise_var, alignment_gain, n0, sensitivit
 
 
 def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: int | None = None,
-                  points: int = 64, grid: CellGrid = DEFAULT_GRID,
+                  points: int = 64, grid: CellGrid = PROFILE_GRID,
                   resolution: Resolution = DEFAULT_RESOLUTION) -> dict:
     r"""Total epsilon over rounds of the ``exact`` accountant, via privacy-loss distributions.
 
@@ -148,6 +149,7 @@ def compose_exact(facts, *, delta_target: float, kind: str = "central", rounds: 
     points : grid points on [0, eps_max] (the gap is eps_max / points, common to all
         rounds). The chords make the result pessimistic by ~0.2% in eps at 50 points
         (checked against the Gaussian mechanism composed in closed form).
+    grid : the s cells of eq. (1) in the profiles (as :func:`~otafl.privacy.accountants.run.account_run`'s).
     resolution : the pessimistic grids (``NO_ROUNDING`` for none).
 
     Returns

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import torch
 
-from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
+from otafl.privacy.analysis.cells import CellGrid
 from otafl.privacy.analysis.concentration import poisson_binomial_pmf
 from otafl.privacy.analysis.count_law import (
     CountLaw,
@@ -83,6 +83,19 @@ point. Measured (issue 31): 4 saves 2.3x of the profile time on the Table II(a) 
 and +2.3 % local on small random heterogeneous rounds at d = 30, over the 0.5 % allowed;
 refining where the chords undercut eq. (5) gives every point's totals back but not the time."""
 NO_ROUNDING = Resolution(0.0, 0.0)
+PROFILE_GRID = CellGrid(quantile_cells=8, posterior_cells=16)
+"""The s cells of eq. (1) in the totals' profiles: an eighth of :data:`DEFAULT_GRID`'s edges,
+nested in them (so never below its bound). Measured (issue 31): the local total +0.017 % on
+the paper preset's 1000-round run and +0.10 % on ``large-k.toml``'s at K = 10^4, for 0.35-0.6x
+of the local totals' time; the central totals unchanged (eq. (1) does not enter them there)."""
+ROW_GRIDS = {"c": CellGrid(quantile_cells=16, posterior_cells=32), "l": CellGrid(quantile_cells=32, posterior_cells=64)}
+"""The s cells of eq. (1) for a run's per-round epsilons, by row kind: nested in
+:data:`DEFAULT_GRID` (``otafl bound``'s), so never below its epsilon. Measured on the paper
+preset's 1000-round run (issue 31): central rows at most +0.02 % (a third of the time),
+local rows at most +0.12 % (about half); a quarter grid would cost local rows +0.49 %."""
+SCREEN_SLACK = 1e-3
+"""Largest relative share of a run's total that the screen of
+:func:`compose_exact_rounds` lets eq. (1) (d-dimensional, costly) leave unclaimed."""
 
 
 # ---------------------------------------------------------------- row keys
@@ -245,37 +258,39 @@ def clear_caches() -> None:
     _sampling_rows.cache_clear()
 
 
-def row_epsilons(keys: Sequence[tuple], delta_l: float, *, grid: CellGrid = DEFAULT_GRID) -> dict:
+def row_epsilons(keys: Sequence[tuple], delta_l: float, *, grid: CellGrid | None = None) -> dict:
     """Epsilon of each distinct row key at its target (delta_l central, p delta_l local).
 
     The law of n keeps all but min(1e-12, 1e-6 delta_l) (as :func:`exact_round`). Results
     are kept in a module-level LRU of 4096 rows, so repeated rows (within and across runs)
-    are computed once.
+    are computed once. ``grid``: the s cells of eq. (1); None: :data:`ROW_GRIDS` by kind.
     """
     out, missing = {}, []
     for k in dict.fromkeys(keys):
-        hit = _EPS_CACHE.get((k, delta_l, grid))
+        g = grid or ROW_GRIDS[k[0]]
+        hit = _EPS_CACHE.get((k, delta_l, g))
         if hit is None:
             missing.append(k)
         else:
-            _EPS_CACHE.move_to_end((k, delta_l, grid))
+            _EPS_CACHE.move_to_end((k, delta_l, g))
             out[k] = hit
     tail = min(1e-12, 1e-6 * delta_l)
     for batch in _batches(missing):
         spec = _spec(batch, tail)
+        g = grid or ROW_GRIDS[batch[0][0]]
         target = torch.full((len(batch),), delta_l, dtype=_DT)
         if batch[0][0] == "l":
             target = target * spec.participation_prob
-        for k, e in zip(batch, round_epsilon(target, spec, grid=grid).tolist()):
+        for k, e in zip(batch, round_epsilon(target, spec, grid=g).tolist()):
             out[k] = e
-            _EPS_CACHE[(k, delta_l, grid)] = e
+            _EPS_CACHE[(k, delta_l, g)] = e
     while len(_EPS_CACHE) > _EPS_CACHE_SIZE:
         _EPS_CACHE.popitem(last=False)
     return out
 
 
 def exact_round_epsilons(facts: Sequence[RoundFacts], *, delta_l: float, kind: str,
-                         resolution: Resolution = DEFAULT_RESOLUTION, grid: CellGrid = DEFAULT_GRID
+                         resolution: Resolution = DEFAULT_RESOLUTION, grid: CellGrid | None = None
                          ) -> list[float]:
     """Per-round epsilon (worst row; 0 for a round without rows) of ``kind`` central|local."""
     keys = run_row_keys(facts, kind, resolution)
@@ -315,8 +330,8 @@ def _chord_fill(values: "np.ndarray", idx: "np.ndarray", eps: "np.ndarray") -> "
 
 
 def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points: int = 64,
-                         max_points: int = 2048, grid: CellGrid = DEFAULT_GRID,
-                         others_stride: int = OTHERS_STRIDE) -> dict:
+                         max_points: int = 2048, grid: CellGrid = PROFILE_GRID,
+                         others_stride: int = OTHERS_STRIDE, slack: float = SCREEN_SLACK) -> dict:
     """Total epsilon at ``delta_target`` of rounds given as tuples of row keys (PLD).
 
     A round's profile is the pointwise maximum of its rows' upper bounds (it dominates
@@ -328,22 +343,33 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     rounds' PLDs a few points wide, 4-6 % too pessimistic over fading runs). Each row is
     evaluated at about ``points`` grid points spread over its own reach, and filled in
     between by chords in e^eps (above its convex true profile) and beyond its reach by its
-    last value; the rest of each round's mass is left as infinite loss. Eq. (1) in d
-    dimensions (the costly bound) enters at every ``others_stride``-th of a row's points
-    only, with chords in e^eps between (:func:`~otafl.privacy.analysis.pld.round_profile`'s
-    ``stride``; eq. (5) at every point). The law of n keeps
+    last value; the rest of each round's mass is left as infinite loss. The law of n keeps
     all but min(1e-15, 1e-6 delta_target). Distinct rounds are composed with their
     multiplicities (:func:`otafl.privacy.analysis.pld.compose_profiles`).
+
+    Eq. (1) in d dimensions (the costly bound) is screened on the whole run first: the
+    rows' profiles are built from eq. (5) alone (``others="skip"``) and, as a floor, from
+    the smaller of eq. (5) and eq. (1)'s d = 1 lower bound (below every d-dimensional
+    eq. (1) bound: composition is monotone in the profiles, so no use of eq. (1) can bring
+    the total below the floor's total). Where the floor's total is within a relative
+    ``slack`` of eq. (5)'s, eq. (5)'s total is stated (at most ``slack`` looser than with
+    eq. (1)); otherwise eq. (1) enters the rows where its floor is below eq. (5), at every
+    ``others_stride``-th of a row's points (chords in e^eps between) and only where its
+    probe says it helps (:func:`~otafl.privacy.analysis.pld.round_profile`), with the s
+    cells of ``grid`` (:data:`PROFILE_GRID`: coarser than the per-round epsilons', nested
+    in them, so never lower).
 
     Returns
     -------
     dict: ``epsilon`` (float; +inf if a row's bound never reaches the floor, 0 without
     rows), ``gap`` (nan when no PLD was built), ``points`` (N, when a PLD was built),
-    ``distinct_rounds``, ``distinct_rows``.
+    ``distinct_rounds``, ``distinct_rows``, ``screened`` (True when eq. (1) was left out by
+    the screen).
     """
     import numpy as np
 
-    from otafl.privacy.analysis.pld import MAX_GRID_EPS, compose_profiles, profile_grid, round_profile
+    from otafl.privacy.analysis.pld import (MAX_GRID_EPS, compose_profiles, others_floor, probe_rows, profile_grid,
+                                            round_profile, total_upper)
 
     counts: dict[tuple, int] = {}
     for r in rounds:
@@ -366,7 +392,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     n = int(min(max_points, max(points, math.ceil(points * e_max / max(e_small, 1e-300)))))
     gap, eps = profile_grid(e_max, n)
     eps_np = eps.numpy()
-    prof = {}
+    skip, floor, later = {}, {}, []
     for batch, spec in specs:
         # Rows are evaluated in groups sharing one set of points: each row's stride (about
         # its reach / points grid steps) is rounded down to a power of two, and its group
@@ -383,10 +409,38 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
             top = max(tops[i] for i in members)
             sel = torch.tensor(members)
             ix = np.asarray(sorted(set(range(0, top + 1, stride)) | {top}))
-            vals = round_profile(eps[ix], take_rows(spec, sel), grid=grid, probe_delta=delta_target / T,
-                                 stride=others_stride).numpy()
-            for j, v in zip(members, vals):
-                prof[batch[j]] = _chord_fill(v, ix, eps_np)
-    profiles = [(np.max([prof[k] for k in r], axis=0), c) for r, c in counts.items() if r]
-    return {"epsilon": compose_profiles(profiles, gap=gap, delta_target=delta_target), "gap": gap, "points": n,
-            **info}
+            sub = take_rows(spec, sel)
+            up5 = total_upper(eps[ix], sub) if total_count_law(sub.law, sub.participation_prob) is not None else None
+            vals = round_profile(eps[ix], sub, grid=grid, others="skip", upper=up5)
+            low = vals
+            if up5 is not None and sub.dim is not None and sub.dim > 1:
+                # Only the rows that round_profile's probe would give eq. (1) at all.
+                cand = probe_rows(eps[ix], sub, up5, delta_target / T, slack)
+                if cand.numel():
+                    low = vals.clone()
+                    low[cand] = torch.minimum(vals[cand], others_floor(eps[ix], take_rows(sub, cand)))
+                    helps = cand[(low[cand] < vals[cand]).any(1)]
+                    if helps.numel():
+                        later.append((sub, ix, members, batch, helps, up5))
+            for j, v, lo in zip(members, vals.numpy(), low.numpy()):
+                skip[batch[j]] = _chord_fill(v, ix, eps_np)
+                floor[batch[j]] = _chord_fill(lo, ix, eps_np)
+
+    def total(prof, step=1):
+        return compose_profiles([(np.max([prof[k] for k in r], axis=0)[::step], c) for r, c in counts.items() if r],
+                                gap=gap * step, delta_target=delta_target)
+
+    # A quick look on every 4th point first (4x coarser PLDs, when they are long): where the floor is
+    # far below even there, eq. (1) plainly helps and two full-size compositions are spared.
+    far = bool(later) and n >= 1024 and not total(floor, 4) >= (1 - 10 * slack) * total(skip, 4)
+    eps_skip = math.nan if far else total(skip)
+    screened = bool(later)
+    if later and (far or not total(floor) >= (1 - slack) * eps_skip):
+        screened = False
+        for sub, ix, members, batch, helps, up5 in later:
+            vals = round_profile(eps[ix], take_rows(sub, helps), grid=grid, probe_delta=delta_target / T,
+                                 stride=others_stride, upper=up5[helps])
+            for j, v in zip(helps.tolist(), vals.numpy()):
+                skip[batch[members[j]]] = _chord_fill(v, ix, eps_np)
+        eps_skip = total(skip)
+    return {"epsilon": eps_skip, "gap": gap, "points": n, "screened": screened, **info}

@@ -231,7 +231,13 @@ class TotalLaw:
     dropped: torch.Tensor
 
 
-def total_count_law(law: CountLaw, participation_prob: torch.Tensor) -> TotalLaw | None:
+TOTAL_LUMP = 1e-3
+"""Relative width of the blocks of the total count's law (:func:`total_count_law`): blocks
+of ``floor(TOTAL_LUMP * m)`` consecutive counts (from m about 2000 on, K about 4000 at
+p = 0.5; none at the paper preset's K = 200)."""
+
+
+def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float | None = None) -> TotalLaw | None:
     r"""Law of the total count m = n + 1{k takes part} and P(k in | m), from the others' window.
 
         P(m) = (1 - p) P_o(m) + p P_o(m - 1),   pi_m = p P_o(m - 1) / P(m),
@@ -240,6 +246,14 @@ def total_count_law(law: CountLaw, participation_prob: torch.Tensor) -> TotalLaw
     outcomes with n in the window [lo, hi] enter (m in [lo, hi + 1]; at m = lo only
     "k absent" is in the window, pi = 0; at m = hi + 1 only "k present", pi = 1); the rest
     is the law's dropped mass. None when the law lumps blocks (or is empty).
+
+    With ``lump`` > 0 (None: :data:`TOTAL_LUMP`), consecutive m (all but the first and last) are merged into blocks of
+    width floor(lump * smallest m) when that is at least 2, each block carried by its
+    smallest m (the least noise, w_m = m sigma_o^2 + ch) with its largest pi_m and its total
+    weight. Sound for eq. (5): its term h_m(pi) is non-decreasing in pi (convex, h(0) = 0)
+    and non-increasing in w_m at a fixed extra variance (more noise on both branches is a
+    post-processing), so the block's term is at least each member's. Every variance of the
+    bound moves by at most a relative ``lump`` and pi by about as much (pi_m is about m / K).
     """
     if not torch.equal(law.n_first, law.n_last) or law.n_first.shape[1] < 1:
         return None
@@ -251,4 +265,18 @@ def total_count_law(law: CountLaw, participation_prob: torch.Tensor) -> TotalLaw
     weight = absent + present
     share = torch.where(weight > 0, present / weight.clamp(min=1e-300), torch.zeros_like(weight))
     m = law.n_first[:, :1] + torch.arange(wt.shape[1] + 1, dtype=_DT, device=wt.device)
+    lump = TOTAL_LUMP if lump is None else lump
+    width = int(lump * float(m[:, 0].min())) if lump > 0 and m.shape[0] else 0
+    M = m.shape[1]
+    if width >= 2 and M > 2 + width:
+        # Blocks of the inner counts 1..M-2; the first and last m stay single (pi = 0 and 1).
+        inner = torch.arange(1, M - 1, device=wt.device)
+        group = torch.cat([torch.zeros(1, dtype=torch.long, device=wt.device), 1 + (inner - 1) // width,
+                           torch.tensor([2 + (M - 3) // width], device=wt.device)])
+        G = int(group[-1]) + 1
+        first = torch.full((G,), M, dtype=torch.long, device=wt.device).scatter_reduce(
+            0, group, torch.arange(M, device=wt.device), reduce="amin")
+        weight_b = weight.new_zeros(weight.shape[0], G).index_add_(1, group, weight)
+        share_b = share.new_zeros(share.shape[0], G).scatter_reduce(1, group.expand_as(share), share, reduce="amax")
+        return TotalLaw(m=m[:, first], weight=weight_b, share=share_b, dropped=law.dropped.clamp(max=1.0))
     return TotalLaw(m=m, weight=weight, share=share, dropped=law.dropped.clamp(max=1.0))

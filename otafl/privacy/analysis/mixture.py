@@ -80,7 +80,7 @@ def _ratio_terms(u, eps, cA, cB, iw, iW, a):
 
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
-                         max_iter: int = 200, rtol: float = 1e-13
+                         max_iter: int = 200, rtol: float = 1e-13, quick: bool = True
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Bounds on h_eps(pi) for (1-pi) N(0, w) + pi N(+a, W) vs (1-pi) N(0, w) + pi N(-a, W).
 
@@ -100,6 +100,10 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     present_var : [...], float64, W >= w, W > 0.
     half_sensitivity : [...], float64, a > 0.
 
+    Where w = W (eq. (5) with equal noises) the root is the closed form of
+    :func:`_equal_variances`, certified by the sign of L(u) - eps on both sides of it, and
+    the bracketed iteration runs only where that fails (``quick=False``: never skipped).
+
     Returns
     -------
     upper, lower : [...], float64, lower <= h_eps(pi) <= upper.
@@ -109,6 +113,19 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
                                                    half_sensitivity)))
     shape = eps.shape
     eps, lam, w, W, a = (t.reshape(-1) for t in (eps, lam, w, W, a))
+    if quick:
+        got = _equal_variances(eps, lam, w, W, a, rtol)
+        if got is not None:
+            sel, upper_q, lower_q = got
+            rest = torch.ones_like(eps, dtype=torch.bool)
+            rest[sel] = False
+            upper, lower = torch.empty_like(eps), torch.empty_like(eps)
+            upper[sel], lower[sel] = upper_q, lower_q
+            if bool(rest.any()):
+                upper[rest], lower[rest] = mixture_hockey_stick(
+                    eps[rest], log_odds=lam[rest], absent_var=w[rest], present_var=W[rest],
+                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False)
+            return upper.reshape(shape), lower.reshape(shape)
     full = torch.isposinf(lam)
     w = torch.where(full, torch.ones_like(w), w)  # irrelevant where pi = 1; keeps logs finite
     log_pi = F.logsigmoid(lam)
@@ -209,10 +226,51 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     lo = torch.where(zero, torch.zeros_like(lo), lo)
     hi = torch.where(zero, torch.zeros_like(hi), hi)
 
+    upper, lower = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a)
+    return upper.reshape(shape), lower.reshape(shape)
+
+
+def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a):
+    """Eq. (3) at ``lo`` (a lower bound) and at ``hi`` plus (hi - lo) max pi phi_W(u - a)
+    over the bracket (an upper bound), for any bracket lo <= u_1 <= hi."""
     args = (eps, log_pi, log_1mpi, w, W, a)
     lower = _tail_excess(lo, *args).clamp(min=0.0)
     dist = torch.clamp(torch.maximum(lo - a, a - hi), min=0.0)
     log_slack = (log_pi + torch.log(hi - lo) - dist * dist / (2 * W) - 0.5 * torch.log(W)
                  - _HALF_LOG_2PI)
     upper = _tail_excess(hi, *args).clamp(min=0.0) + torch.exp(log_slack)
-    return upper.reshape(shape), lower.reshape(shape)
+    return upper, lower
+
+
+def _equal_variances(eps, lam, w, W, a, rtol):
+    """The elements with w = W, pi < 1 and eps > 0 whose closed-form root is certified, and
+    their bounds: (index, upper, lower), or None when there are none.
+
+    With equal variances L(u) is increasing in u (the ratio of pi e^{ua/W} + const to
+    pi e^{-ua/W} + const) and its root is W log z / a, z the positive root of a quadratic
+    (as in :func:`mixture_hockey_stick`'s start). The bracket [x - tau, x + tau], tau =
+    4 rtol (1 + |x|) (the reference's final bracket width), is accepted where L - eps <= 0
+    at its lower end and > 0 at its upper end; the root is then inside, and
+    :func:`_bracket_bounds` gives the same bounds as the iteration's bracket would."""
+    cand = torch.nonzero((w == W) & ~torch.isposinf(lam) & (eps > 0) & (W > 0) & (a > 0)).reshape(-1)
+    if cand.numel() == 0:
+        return None
+    e, la, ww, aa = eps[cand], lam[cand], W[cand], a[cand]
+    log_pi, log_1mpi = F.logsigmoid(la), F.logsigmoid(-la)
+    log_2a = _LOG2 + log_pi - aa * aa / (2 * ww)
+    b = log_1mpi + log_expm1(e)
+    k = log_2a + e / 2
+    x = ww * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / aa
+    tau = 4 * rtol * (1.0 + x.abs())
+    cA = log_1mpi - 0.5 * torch.log(ww)
+    cB = log_pi - 0.5 * torch.log(ww)
+    iW = 1.0 / ww
+    lo, hi = x - tau, x + tau
+    g_lo, _ = _ratio_terms(lo, e, cA, cB, iW, iW, aa)
+    g_hi, _ = _ratio_terms(hi, e, cA, cB, iW, iW, aa)
+    ok = torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
+    if not bool(ok.any()):
+        return None
+    sub = lambda t: t[ok]  # noqa: E731
+    upper, lower = _bracket_bounds(sub(lo), sub(hi), sub(e), sub(log_pi), sub(log_1mpi), sub(ww), sub(ww), sub(aa))
+    return cand[ok], upper, lower

@@ -25,8 +25,10 @@ import torch
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
 from otafl.privacy.analysis.count_law import lump_counts, total_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, take_rows, with_dim
+from otafl.privacy.analysis.pld_dense import compose_dense_counted, connect_dots_pmf, dense_arrays  # noqa: F401
 
-__all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "profile_grid", "compose_profiles"]
+__all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "total_upper", "others_floor", "probe_rows", "profile_grid",
+           "compose_profiles"]
 
 _DT = torch.float64
 MAX_GRID_EPS = 500.0
@@ -87,7 +89,8 @@ def _lower_convex_envelope_scan(x, y):
 
 def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
                   probe_delta: float | None = None, slack: float = 1e-3, stride: int = 1,
-                  lump: float = 0.01, max_elements: int = 1 << 18) -> torch.Tensor:
+                  lump: float = 0.01, max_elements: int = 1 << 18, others: str = "probe",
+                  upper: torch.Tensor | None = None) -> torch.Tensor:
     """Upper bound on each row's profile at the points ``eps`` (increasing): eq. (5), and eq. (1) where it helps.
 
     Both equations bound the same delta, so any pointwise choice between them, or any
@@ -109,6 +112,12 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
     In d = 1 or with ``dim=None`` eq. (1) is cheap and the result is min(delta_(1),
     delta_(5)) at every point, as ``round_delta(conditioning="best")``.
 
+    ``others="skip"`` leaves the d-dimensional eq. (1) out wherever eq. (5) holds (it is
+    still used on rows where eq. (5) does not hold, which have no other bound); the
+    caller decides that it cannot help (:func:`otafl.privacy.accountants.exact_run.compose_exact_rounds`
+    screens the run's total with eq. (1)'s d = 1 lower bound). ``upper``: eq. (5)'s
+    values at ``eps`` ([R, E]) when the caller has them already.
+
     Parameters
     ----------
     eps : [E], float64 >= 0, increasing.
@@ -127,8 +136,7 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
     if total_count_law(spec.law, spec.participation_prob) is None:  # blocks: eq. (1) only
         return _others_upper(eps, spec, torch.arange(R), grid, max_elements)
     rows = max(1, max_elements // max(1, E * (N + 1)))
-    up = torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E), take_rows(spec, torch.arange(s, min(R, s + rows))),
-                                conditioning="total")[0] for s in range(0, R, rows)])
+    up = upper.clone() if upper is not None else total_upper(eps, spec, max_elements)
     if spec.dim is None or spec.dim <= 1:
         low = torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E),
                                      take_rows(spec, torch.arange(s, min(R, s + rows))), conditioning="others")[0]
@@ -138,20 +146,12 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
         return torch.cat([round_delta(e[s:s + rows], take_rows(with_dim(spec, 1), torch.arange(s, min(R, s + rows))),
                                       conditioning="others")[1] for s in range(0, R, rows)])
 
-    if probe_delta is None:
+    if others == "skip":
+        cand = torch.nonzero(~spec.total_ok).reshape(-1) if spec.total_ok is not None else torch.arange(0)
+    elif probe_delta is None:
         cand = torch.nonzero((d1_lower(eps.expand(R, E)) < up).any(1)).reshape(-1)
     else:
-        below = up <= probe_delta
-        at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
-        up_at = up.gather(1, at[:, None])[:, 0]
-        low_at = d1_lower(eps[at][:, None])[:, 0]
-        prev = (at - 1).clamp(min=0)
-        # The epsilon eq. (1) could save at the probe, from eq. (5)'s log-slope there.
-        slope = (torch.log(up[torch.arange(R), prev]) - torch.log(up_at)) / (eps[at] - eps[prev]).clamp(min=1e-300)
-        # Its d = 1 lower bound caps what the d-dimensional eq. (1) can save: rows where even
-        # that saves no more than ``slack`` skip the costly cells (at K = 10^4 most rows).
-        could = torch.log(up_at / low_at) / slope
-        cand = torch.nonzero((low_at < up_at) & ~(could <= slack * eps[at])).reshape(-1)
+        cand, at, up_at, slope = _probe(eps, spec, up, probe_delta, slack, d1_lower)
         if cand.numel():
             d_probe = _others_upper(eps[at[cand]][:, None], spec, cand, grid, max_elements, lump)[:, 0]
             saved = torch.log(up_at[cand] / d_probe) / slope[cand]
@@ -170,6 +170,59 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
             full[:, sparse] = u1
         up[cand] = torch.minimum(up[cand], full)
     return up
+
+
+def _probe(eps, spec, up, probe_delta, slack, d1_lower):
+    """Rows where eq. (1)'s d = 1 lower bound could save more than ``slack`` of eq. (5)'s
+    epsilon at the probe point (the first point where eq. (5) is <= ``probe_delta``), and
+    (probe index, eq. (5) there, eq. (5)'s log-slope there) per row."""
+    R, E = up.shape
+    below = up <= probe_delta
+    at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
+    up_at = up.gather(1, at[:, None])[:, 0]
+    low_at = d1_lower(eps[at][:, None])[:, 0]
+    prev = (at - 1).clamp(min=0)
+    # The epsilon eq. (1) could save at the probe, from eq. (5)'s log-slope there.
+    slope = (torch.log(up[torch.arange(R), prev]) - torch.log(up_at)) / (eps[at] - eps[prev]).clamp(min=1e-300)
+    # Its d = 1 lower bound caps what the d-dimensional eq. (1) can save: rows where even
+    # that saves no more than ``slack`` skip the costly cells (at K = 10^4 most rows).
+    could = torch.log(up_at / low_at) / slope
+    return torch.nonzero((low_at < up_at) & ~(could <= slack * eps[at])).reshape(-1), at, up_at, slope
+
+
+def probe_rows(eps: torch.Tensor, spec: RoundSpec, up: torch.Tensor, probe_delta: float, slack: float = 1e-3,
+               max_elements: int = 1 << 18) -> torch.Tensor:
+    """The rows of ``spec`` where :func:`round_profile` (with ``probe_delta``) may use eq. (1)
+    in d dimensions: its d = 1 lower bound saves more than ``slack`` at the probe. ``up``:
+    eq. (5) at ``eps`` [R, E]. Index tensor."""
+    R, N = spec.participation_prob.shape[0], spec.law.weight.shape[1]
+    rows = max(1, max_elements // max(1, N + 1))
+
+    def d1_lower(e):
+        return torch.cat([round_delta(e[s:s + rows], take_rows(with_dim(spec, 1), torch.arange(s, min(R, s + rows))),
+                                      conditioning="others")[1] for s in range(0, R, rows)])
+
+    return _probe(eps, spec, up, probe_delta, slack, d1_lower)[0]
+
+
+def total_upper(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18) -> torch.Tensor:
+    """Eq. (5)'s upper bound for every row of ``spec`` at ``eps`` ([E], common), chunked by
+    rows to about ``max_elements`` (row, eps, count) elements. [R, E]."""
+    R, E, N = spec.participation_prob.shape[0], eps.numel(), spec.law.weight.shape[1]
+    rows = max(1, max_elements // max(1, E * (N + 1)))
+    return torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E), take_rows(spec, torch.arange(s, min(R, s + rows))),
+                                  conditioning="total")[0] for s in range(0, R, rows)])
+
+
+def others_floor(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18) -> torch.Tensor:
+    """Eq. (1)'s d = 1 lower bound for every row at ``eps`` ([E], common): no d-dimensional
+    eq. (1) upper bound can be below it (u alone is a projection of the output). Not a bound
+    on delta; used to screen where eq. (1) could help. [R, E]."""
+    R, E, N = spec.participation_prob.shape[0], eps.numel(), spec.law.weight.shape[1]
+    rows = max(1, max_elements // max(1, E * (N + 1)))
+    one = with_dim(spec, 1)
+    return torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E), take_rows(one, torch.arange(s, min(R, s + rows))),
+                                  conditioning="others")[1] for s in range(0, R, rows)])
 
 
 def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: CellGrid,
@@ -223,17 +276,6 @@ def profile_grid(eps_max: float, points: int) -> tuple[float, torch.Tensor]:
     return gap, gap * torch.arange(points + 1, dtype=_DT)
 
 
-def dense_arrays(pmf):
-    """(losses [N], masses [N], infinity mass) of one direction of a dp_accounting PLD, from
-    its dense pmf (dp_accounting has no public accessor for them)."""
-    import numpy as np
-
-    dense = pmf.to_dense_pmf()
-    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
-    losses = (np.arange(probs.size) + dense._lower_loss) * dense._discretization  # noqa: SLF001
-    return losses, probs, float(dense._infinity_mass)  # noqa: SLF001
-
-
 def _pmf_epsilon(pmf, delta: float) -> float:
     """Smallest eps >= 0 with delta(eps) <= ``delta`` for one dp_accounting PLD pmf, computed
     without overflow: delta(eps) = m_inf + sum_{l > eps} p_l (1 - exp(eps - l)), where every
@@ -280,94 +322,6 @@ def compose_counted(plds) -> object | None:
     return total
 
 
-def _self_convolve_bounds(probs, num_times: int, tail: float) -> tuple[int, int]:
-    """dp_accounting's Chernoff truncation bounds of ``probs`` self-convolved ``num_times``
-    times (``common.compute_self_convolve_bounds``: the same orders and formula), with the
-    40 log-MGFs as one matrix product instead of one logsumexp call per order."""
-    import numpy as np
-
-    n = len(probs)
-    upper, lower = (n - 1) * num_times, 0
-    if tail == 0:
-        return lower, upper
-    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
-    # |i * order| <= 20: the moment generating functions need no log-sum-exp shift.
-    with np.errstate(divide="ignore"):
-        log_mgfs = np.log(np.exp(np.arange(n)[:, None] * orders[None, :]).T @ np.asarray(probs, dtype=np.float64))
-    for order, log_mgf in zip(orders.tolist(), log_mgfs.tolist()):
-        bound = (num_times * log_mgf + math.log(2 / tail)) / order
-        if not math.isfinite(bound):
-            continue
-        if order > 0:
-            upper = min(upper, math.ceil(bound))
-        else:
-            lower = max(lower, math.floor(bound))
-    return lower, upper
-
-
-def _self_compose_dense(pmf, num_times: int, tail: float = 1e-15):
-    """``DensePLDPmf.self_compose`` (dp_accounting; FFT power, truncated tails charged to the
-    infinite loss) with :func:`_self_convolve_bounds`."""
-    import numpy as np
-    from dp_accounting.pld.pld_pmf import DensePLDPmf
-    from scipy import fft
-
-    probs = pmf._probs  # noqa: SLF001
-    lo, hi = _self_convolve_bounds(probs, num_times, tail)
-    out_len = hi - lo + 1
-    fast = fft.next_fast_len(max(out_len, len(probs)))
-    with np.errstate(over="ignore", invalid="ignore"):
-        conv = np.real(fft.ifft(fft.fft(probs, fast) ** num_times))
-    out = np.array(np.roll(conv, -lo)[:out_len])
-    inf_prob = tail - math.expm1(num_times * math.log1p(-pmf._infinity_mass))  # noqa: SLF001
-    return DensePLDPmf(pmf._discretization, pmf._lower_loss * num_times + lo, out, inf_prob,  # noqa: SLF001
-                       pmf._pessimistic_estimate)  # noqa: SLF001
-
-
-def compose_dense_counted(plds, tail: float = 1e-15):
-    """:func:`compose_counted` for symmetric PLDs (remove pmf only), on their dense pmfs:
-    the same FFT self-compositions and compositions as dp_accounting's (tails of 1e-15 per
-    operation charged to the infinite loss), with the self-compositions' truncation bounds
-    vectorised (:func:`_self_convolve_bounds`). Returns a PrivacyLossDistribution or None."""
-    import numpy as np
-    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
-
-    total = None
-    with np.errstate(over="ignore"):
-        for pld, count in plds:
-            pmf = pld._pmf_remove.to_dense_pmf()  # noqa: SLF001
-            if count > 1:
-                pmf = _self_compose_dense(pmf, count, tail)
-            total = pmf if total is None else _compose_dense(total, pmf, tail)
-    return None if total is None else PrivacyLossDistribution(total)
-
-
-def _compose_dense(a, b, tail: float):
-    """``DensePLDPmf.compose`` (FFT convolution; the largest prefix and suffix of mass at most
-    ``tail / 2`` each cut, the prefix's mass added to the first kept point and the suffix's
-    to the infinite loss, as dp_accounting's pessimistic truncation) with the cut points
-    found by cumulative sums instead of its Python loop."""
-    import numpy as np
-    from dp_accounting.pld.pld_pmf import DensePLDPmf
-    from scipy import signal
-
-    probs = signal.fftconvolve(a._probs, b._probs)  # noqa: SLF001
-    inf_mass = a._infinity_mass + b._infinity_mass - a._infinity_mass * b._infinity_mass  # noqa: SLF001
-    half = tail / 2
-    def prefix(arr):  # the first index whose prefix sum exceeds half (len(arr) if none)
-        over = np.cumsum(arr) > half
-        return int(over.argmax()) if over.any() else len(arr)
-
-    left, right = prefix(probs), len(probs) - prefix(probs[::-1])
-    right = max(right, left + 1)
-    left_mass, right_mass = float(np.sum(probs[:left])), float(np.sum(probs[right:]))
-    kept = probs[left:right].copy()
-    kept[0] += left_mass
-    assert a._pessimistic_estimate and b._pessimistic_estimate  # noqa: SLF001 (connect-the-dots, pessimistic)
-    return DensePLDPmf(a._discretization, a._lower_loss + b._lower_loss + left, kept,  # noqa: SLF001
-                       inf_mass + right_mass, True)
-
-
 def epsilon_for_delta(pld, delta: float) -> float:
     """``pld.get_epsilon_for_delta(delta)`` (dp_accounting), recomputed by :func:`_pmf_epsilon`
     where it returns +inf: its scan divides by a sum of p exp(-loss) that underflows when
@@ -401,7 +355,6 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
     :data:`MAX_GRID_EPS`, rounds leaking so much that the PLD is not worth building).
     """
     import numpy as np
-    from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
     if any(gap * (len(pos) - 1) > MAX_GRID_EPS for pos, _ in profiles):
@@ -417,8 +370,7 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
         # Rounding in the lines above can break monotonicity by an ulp; a running minimum of
         # upper bounds on a non-increasing profile is still an upper bound on it.
         deltas = np.clip(np.minimum.accumulate(np.concatenate([neg[::-1], pos[1:]])), 0.0, 1.0)
-        pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(gap, -points, points, deltas)
-        return PrivacyLossDistribution(pmf)
+        return PrivacyLossDistribution(connect_dots_pmf(gap, points, deltas))
 
     total = compose_dense_counted((round_pld(pos), count) for pos, count in profiles)
     if total is None:

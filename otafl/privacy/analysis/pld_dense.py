@@ -1,0 +1,171 @@
+r"""Dense composition of pessimistic privacy-loss distributions (dp_accounting's, vectorised).
+
+The same operations as dp_accounting's ``DensePLDPmf`` (FFT self-composition and
+composition, tails of mass 1e-15 per operation charged to the infinite loss, pessimistic
+connect-the-dots PLDs on a fixed gap), with the Python loops replaced by array code:
+truncation bounds as one matrix product, cut points by cumulative sums, the connect-the-dots
+masses built as an array (dp_accounting goes through a dict per PLD), and the distinct
+rounds composed in a balanced tree (pairs, then pairs of pairs) instead of one after the
+other, so each FFT is about as long as its result rather than the whole run's. Used by
+:func:`otafl.privacy.analysis.pld.compose_profiles`.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["connect_dots_pmf", "dense_arrays", "compose_dense_counted"]
+
+
+SHORT_POWER = 16
+"""Self-compositions of at most this many copies keep their whole support (no tail cut):
+the Chernoff bounds' 40 log-MGFs over the pmf cost more than the at most 16x longer FFT they
+save, and an uncut power is exact (its tail is still charged, pessimistically)."""
+
+
+def connect_dots_pmf(gap: float, points: int, deltas):
+    """dp_accounting's ``create_pmf_pessimistic_connect_dots_fixed_gap(gap, -points, points,
+    deltas)`` as a ``DensePLDPmf`` (the same masses, without its dict round trip).
+
+    ``deltas``: [2 points + 1] non-increasing values in [0, 1] at eps_i = i gap,
+    i = -points..points (points >= 1)."""
+    import numpy as np
+    from dp_accounting.pld.pld_pmf import DensePLDPmf
+
+    deltas = np.minimum.accumulate(np.asarray(deltas, dtype=np.float64))
+    if deltas.min() < 0 or deltas.max() > 1:
+        raise ValueError(f"deltas are not between 0 and 1: deltas={deltas}")
+    diffs = np.diff(deltas)
+    probs = np.zeros_like(deltas)
+    probs[0] = 1 - deltas[0] + diffs[0] / math.expm1(gap)
+    probs[1:-1] = (diffs[1:] - diffs[:-1] * math.exp(gap)) / math.expm1(gap)
+    probs[-1] = diffs[-1] / math.expm1(-gap)
+    return DensePLDPmf(gap, -points, np.maximum(0.0, probs), float(deltas[-1]), True)
+
+
+def dense_arrays(pmf):
+    """(losses [N], masses [N], infinity mass) of one direction of a dp_accounting PLD, from
+    its dense pmf (dp_accounting has no public accessor for them)."""
+    import numpy as np
+
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=np.float64)  # noqa: SLF001
+    losses = (np.arange(probs.size) + dense._lower_loss) * dense._discretization  # noqa: SLF001
+    return losses, probs, float(dense._infinity_mass)  # noqa: SLF001
+
+
+def _self_convolve_bounds(probs, num_times: int, tail: float) -> tuple[int, int]:
+    """dp_accounting's Chernoff truncation bounds of ``probs`` self-convolved ``num_times``
+    times (``common.compute_self_convolve_bounds``: the same orders and formula), with the
+    40 log-MGFs as one matrix product instead of one logsumexp call per order."""
+    import numpy as np
+
+    n = len(probs)
+    upper, lower = (n - 1) * num_times, 0
+    if tail == 0 or num_times <= SHORT_POWER:
+        return lower, upper
+    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
+    # |i * order| <= 20: the moment generating functions need no log-sum-exp shift.
+    with np.errstate(divide="ignore"):
+        log_mgfs = np.log(np.exp(np.arange(n)[:, None] * orders[None, :]).T @ np.asarray(probs, dtype=np.float64))
+    for order, log_mgf in zip(orders.tolist(), log_mgfs.tolist()):
+        bound = (num_times * log_mgf + math.log(2 / tail)) / order
+        if not math.isfinite(bound):
+            continue
+        if order > 0:
+            upper = min(upper, math.ceil(bound))
+        else:
+            lower = max(lower, math.floor(bound))
+    return lower, upper
+
+
+def _self_compose_dense(pmf, num_times: int, tail: float = 1e-15):
+    """``DensePLDPmf.self_compose`` (dp_accounting; FFT power, truncated tails charged to the
+    infinite loss) with :func:`_self_convolve_bounds`."""
+    import numpy as np
+    from dp_accounting.pld.pld_pmf import DensePLDPmf
+    from scipy import fft
+
+    probs = pmf._probs  # noqa: SLF001
+    lo, hi = _self_convolve_bounds(probs, num_times, tail)
+    out_len = hi - lo + 1
+    fast = fft.next_fast_len(max(out_len, len(probs)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        conv = np.real(fft.ifft(fft.fft(probs, fast) ** num_times))
+    out = np.array(np.roll(conv, -lo)[:out_len])
+    inf_prob = tail - math.expm1(num_times * math.log1p(-pmf._infinity_mass))  # noqa: SLF001
+    return DensePLDPmf(pmf._discretization, pmf._lower_loss * num_times + lo, out, inf_prob,  # noqa: SLF001
+                       pmf._pessimistic_estimate)  # noqa: SLF001
+
+
+def compose_dense_counted(plds, tail: float = 1e-15):
+    """The composition of symmetric PLDs (remove pmf only) given as (pld, count) pairs, on
+    their dense pmfs: each self-composed ``count`` times (FFT power), then all composed in a
+    balanced tree (pairs, then pairs of pairs: each FFT about as long as its result, where
+    composing them one after the other made every FFT as long as the running total), each
+    operation cutting tails of at most ``tail`` to the pessimistic side as dp_accounting's.
+    Returns a PrivacyLossDistribution or None."""
+    import numpy as np
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+    level = []
+    with np.errstate(over="ignore"):
+        for pld, count in plds:
+            pmf = _trim(pld._pmf_remove.to_dense_pmf(), tail)  # noqa: SLF001
+            level.append(_self_compose_dense(pmf, count, tail) if count > 1 else pmf)
+        while len(level) > 1:
+            level = [_compose_dense(level[i], level[i + 1], tail) if i + 1 < len(level) else level[i]
+                     for i in range(0, len(level), 2)]
+    return PrivacyLossDistribution(level[0]) if level else None
+
+
+def _trim(pmf, tail: float):
+    """A dense pmf with its longest prefix and suffix of mass at most ``tail / 2`` each cut
+    as :func:`_compose_dense` cuts a composition's (the prefix's mass onto the first kept
+    loss, the suffix's onto the infinite loss: pessimistic). A quiet round's PLD on the
+    run's common grid is mostly such tails (exact zeros above its reach, masses ~e^-loss
+    below), so its self-composition's FFT shrinks with it."""
+    import numpy as np
+    from dp_accounting.pld.pld_pmf import DensePLDPmf
+
+    probs = pmf._probs  # noqa: SLF001
+    half = tail / 2
+    over = np.cumsum(probs) > half
+    left = int(over.argmax()) if over.any() else len(probs)
+    over = np.cumsum(probs[::-1]) > half
+    right = len(probs) - (int(over.argmax()) if over.any() else len(probs))
+    right = max(right, left + 1)
+    if left == 0 and right == len(probs):
+        return pmf
+    kept = probs[left:right].copy()
+    kept[0] += float(np.sum(probs[:left]))
+    return DensePLDPmf(pmf._discretization, pmf._lower_loss + left, kept,  # noqa: SLF001
+                       pmf._infinity_mass + float(np.sum(probs[right:])), pmf._pessimistic_estimate)  # noqa: SLF001
+
+
+def _compose_dense(a, b, tail: float):
+    """``DensePLDPmf.compose`` (FFT convolution; the largest prefix and suffix of mass at most
+    ``tail / 2`` each cut, the prefix's mass added to the first kept point and the suffix's
+    to the infinite loss, as dp_accounting's pessimistic truncation) with the cut points
+    found by cumulative sums instead of its Python loop."""
+    import numpy as np
+    from dp_accounting.pld.pld_pmf import DensePLDPmf
+    from scipy import signal
+
+    probs = signal.fftconvolve(a._probs, b._probs)  # noqa: SLF001
+    inf_mass = a._infinity_mass + b._infinity_mass - a._infinity_mass * b._infinity_mass  # noqa: SLF001
+    half = tail / 2
+    def prefix(arr):  # the first index whose prefix sum exceeds half (len(arr) if none)
+        over = np.cumsum(arr) > half
+        return int(over.argmax()) if over.any() else len(arr)
+
+    left, right = prefix(probs), len(probs) - prefix(probs[::-1])
+    right = max(right, left + 1)
+    left_mass, right_mass = float(np.sum(probs[:left])), float(np.sum(probs[right:]))
+    kept = probs[left:right].copy()
+    kept[0] += left_mass
+    assert a._pessimistic_estimate and b._pessimistic_estimate  # noqa: SLF001 (connect-the-dots, pessimistic)
+    return DensePLDPmf(a._discretization, a._lower_loss + b._lower_loss + left, kept,  # noqa: SLF001
+                       inf_mass + right_mass, True)
+
+

@@ -1,0 +1,93 @@
+"""The approximations behind issue 31's faster ``exact`` accounting: each keeps the bound an
+upper bound (never below the finer computation, up to the root finders' 1e-9) and within a
+stated tolerance of it. Seeded fading gains; a few seconds in all."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from otafl.privacy.accountants import exact_run as er
+from otafl.privacy.analysis import count_law
+from otafl.privacy.analysis.cells import DEFAULT_GRID
+from otafl.privacy.analysis.ota_round import round_epsilon
+from otafl.privacy.facts import uniform_facts
+
+REL = 1e-9
+F64 = torch.float64
+
+
+def _fading(users: int, dim: int, rounds: int = 12, seed: int = 0, n0: float = 1.0):
+    gains = 0.5 * (1.0 + np.sqrt(np.random.default_rng(seed).exponential(size=rounds)))
+    return [uniform_facts(users, 0.5, 0.1, float(c), n0, 2.0, dim) for c in gains]
+
+
+def test_screened_total_is_at_least_the_total_with_eq_1_and_within_the_slack():
+    """Central rows where eq. (1) cannot help the total: the screen leaves it out, and the
+    total is at least the one with eq. (1) solved (slack 0: never screened) and within 1e-3."""
+    keys = er.run_row_keys(_fading(40, 100), "central")
+    er.clear_caches()
+    quick = er.compose_exact_rounds(keys, delta_target=1e-5)
+    full = er.compose_exact_rounds(keys, delta_target=1e-5, slack=0.0)
+    assert quick["screened"] and not full["screened"]
+    assert full["epsilon"] * (1 - REL) <= quick["epsilon"] <= full["epsilon"] * (1 + 1e-3)
+
+
+def test_the_screen_keeps_eq_1_where_it_lowers_the_total():
+    """Local rows with much channel noise (N0 = 20): eq. (1) hides participation and lowers the
+    total by more than the slack, so the screen lets it in; eq. (5) alone (slack 1: always
+    screened) is the larger total."""
+    keys = er.run_row_keys(_fading(40, 100, n0=20.0), "local")
+    er.clear_caches()
+    used = er.compose_exact_rounds(keys, delta_target=1e-5)
+    skipped = er.compose_exact_rounds(keys, delta_target=1e-5, slack=1.0)
+    assert not used["screened"] and skipped["screened"]
+    assert used["epsilon"] < (1 - 1e-3) * skipped["epsilon"]
+
+
+def test_lumped_total_count_law_is_above_the_exact_one_and_within_a_tenth_of_a_percent(monkeypatch):
+    """K = 10^4 (blocks of 4 counts): eq. (5)'s epsilon with the lumped law of m is at least
+    the one with every count (1e-9) and at most 0.1 % above it, at delta 1e-5 and 1e-9."""
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(10_000, 210, rounds=6), "central") for k in ks))
+    spec = er._spec(keys, 1e-12)
+    law = count_law.total_count_law(spec.law, spec.participation_prob)
+    assert law.m.shape[1] < 0.3 * (spec.law.weight.shape[1] + 1)  # blocks of 4
+    for delta in (1e-5, 1e-9):
+        t = torch.full((len(keys),), delta, dtype=F64)
+        lumped = round_epsilon(t, spec, conditioning="total")
+        monkeypatch.setattr(count_law, "TOTAL_LUMP", 0.0)
+        exact = round_epsilon(t, spec, conditioning="total")
+        monkeypatch.undo()
+        assert bool((lumped >= exact * (1 - REL)).all()) and bool((lumped <= exact * 1.001).all())
+
+
+def test_per_round_epsilons_on_the_coarser_cells_are_above_the_default_grid_and_close():
+    """ROW_GRIDS (nested in DEFAULT_GRID): each row's epsilon is at least DEFAULT_GRID's
+    (1e-9) and within 0.05 % (central) and 0.2 % (local) of it, d = 7850."""
+    facts = _fading(200, 7850, rounds=6, n0=4.0)
+    for kind, tol in (("central", 5e-4), ("local", 2e-3)):
+        keys = [k for ks in er.run_row_keys(facts, kind) for k in ks]
+        er.clear_caches()
+        ours = er.row_epsilons(keys, 1e-5)
+        fine = er.row_epsilons(keys, 1e-5, grid=DEFAULT_GRID)
+        for k in ours:
+            assert fine[k] * (1 - REL) <= ours[k] <= fine[k] * (1 + tol)
+
+
+def test_lumped_check_of_eq_1_keeps_the_per_round_epsilon(monkeypatch):
+    """round_epsilon checks where eq. (1) can beat eq. (5) with the law of n in blocks (an
+    upper bound on eq. (1)): at K = 10^4 (blocks of ~10 counts) the epsilons are at least those
+    of the unlumped check (1e-9) and within 0.2 % of them, at much channel noise (N0 = 50,
+    where eq. (1) wins on some rows) and little."""
+    from otafl.privacy.analysis import ota_round
+
+    for n0 in (1.0, 50.0):
+        keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(10_000, 210, rounds=4, n0=n0), "central")
+                                  for k in ks))
+        spec = er._spec(keys, 1e-12)
+        t = torch.full((len(keys),), 1e-5, dtype=F64)
+        ours = round_epsilon(t, spec)
+        monkeypatch.setattr(ota_round, "CHECK_LUMP", 0.0)
+        plain = round_epsilon(t, spec)
+        monkeypatch.undo()
+        assert bool((ours >= plain * (1 - REL)).all()) and bool((ours <= plain * 1.002).all())
