@@ -107,8 +107,12 @@ def build_channel(spec: Spec, *, dim: int, device: torch.device | str = "cpu",
     fading = make_fading(ch.fading, rician_k=ch.rician_k, rho=ch.rho)
     h = fading.sample(T, gain, gens["fading"])
     p = sampling_law(spec).probabilities(h)
+    h, p = h.to(device).contiguous(), p.to(device)
+    from otafl.fl.power import plan_power  # the policy deciding c_t (docs/model.md#power-control)
+
+    setup = plan_power(spec, setup, h, p)
     return ChannelPlan(setup=setup, groups=groups, snr_db=tuple(snr), large_scale_gain=gain, fading=fading,
-                       h=h.to(device), p=p.to(device))
+                       h=h, p=p)
 
 
 @dataclass

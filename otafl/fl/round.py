@@ -129,7 +129,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     state = _channel_state(h, active, setup)
     c, eligible, transmitting, senders = state.gain, state.eligible, state.transmitting, state.senders
     d = grads.dim
-    outages = 0 if setup.alignment == "min" else int((active & ~eligible).sum())  # silenced by truncation
+    outages = int((active & ~eligible).sum()) if setup.may_silence else 0  # silenced by truncation or policy
     extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages}
     if senders.numel() == 0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
@@ -138,7 +138,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
                          extras=extras)
     eff = state.noise_var
     # which of the n computed gradients are sent (all of them unless the policy silences some)
-    keep = None if setup.alignment == "min" else eligible[active]
+    keep = eligible[active] if setup.may_silence else None
     factor = clip_factors(grads.norms, setup.clip)
     coef = factor if keep is None else factor * keep.to(factor.dtype)
     sent_norms = grads.norms * coef  # min(||g_k||, L) for the senders
