@@ -111,8 +111,9 @@ class Schedule(PowerControl):
         return c * float(self.scales[self.round_of(h)]), eligible
 
     def summary(self):
-        return {**super().summary(), "power_scale_first": float(self.scales[0]),
-                "power_scale_last": float(self.scales[-1])}
+        first, last = float(self.scales[0]), float(self.scales[-1])
+        return {**super().summary(), "power_scale_first": first, "power_scale_last": last,
+                "power_control_note": f"schedule: c_t from {first:.3g} to {last:.3g} times the alignment bound"}
 
 
 class Cotaf(PowerControl):
@@ -145,7 +146,9 @@ class Cotaf(PowerControl):
         return torch.tensor(self.c, dtype=torch.float64, device=setup.bound_scale.device), eligible
 
     def summary(self):
-        return {**super().summary(), "cotaf_gain": self.c}
+        return {**super().summary(), "cotaf_gain": self.c,
+                "power_control_note": f"cotaf: c_t = {self.c:.3g} every round, users with h below "
+                                      f"{self.threshold:g} silent"}
 
 
 class PrivacyBudget(PowerControl):
@@ -258,8 +261,15 @@ class PrivacyBudget(PowerControl):
         return torch.clamp(c, max=self.cap), eligible
 
     def summary(self):
+        capped = sum(b > self.cap for b in self.bounds)
+        how = (f"c_t capped at {self.cap:.3g} in {capped} of {len(self.bounds)} rounds" if math.isfinite(self.cap)
+               else f"full power, artificial noise {self.added:.3g} added per user" if self.added
+               else "full power (it meets the target)")
+        pv = self.spec.privacy
         return {**super().summary(), "target_epsilon": self.target, "planned_epsilon": self.epsilon,
-                "power_cap": self.cap, "added_noise_var": self.added}
+                "power_cap": self.cap, "added_noise_var": self.added,
+                "power_control_note": f"privacy-budget: {how}; exact's central total {self.epsilon:.3g} at delta "
+                                      f"{pv.delta_total:.3g} for target {self.target:g}"}
 
 
 def plan_power(spec: Spec, setup: ChannelSetup, h: Tensor, p: Tensor) -> ChannelSetup:
