@@ -158,3 +158,23 @@ def test_the_policies_need_only_public_facts_the_plan_is_the_same_whatever_the_d
     b = build_channel(spec_from_mapping({**body, "data": {**body["data"], "name": "digits"}}), dim=100)
     assert a.setup.power_control.cap == b.setup.power_control.cap
     assert torch.equal(a.h, b.h)
+
+
+def test_privacy_budget_refuses_local_steps_and_other_aggregations_in_one_line():
+    from otafl.errors import OtaflInputError
+
+    for extra in ({"algorithm": "fedavg"}, {"aggregation": "ideal"}):
+        body = small(transmit={"power_control": "privacy-budget"}, privacy={"target_epsilon": 5.0, "accountants": []})
+        body["train"] = {**body["train"], **extra}
+        with pytest.raises(OtaflInputError, match="needs train.algorithm = 'fedsgd' and train.aggregation = 'ota'"):
+            build_channel(spec_from_mapping(body), dim=10)
+
+
+def test_the_run_report_names_the_plan_only_when_a_policy_is_set():
+    from otafl.report.text import run_text
+
+    full = run_experiment(spec_from_mapping(small(privacy={"accountants": []})), train=False)
+    assert "power control" not in run_text(full.summary, [], "out")
+    sched = run_experiment(spec_from_mapping(small(transmit={"power_control": "schedule", "power_start": 0.5},
+                                                   privacy={"accountants": []})), train=False)
+    assert "  power control: schedule: c_t from 0.5 to 1 times the alignment bound" in run_text(sched.summary, [], "out")
