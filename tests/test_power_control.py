@@ -166,7 +166,12 @@ def test_privacy_budget_refuses_local_steps_and_other_aggregations_in_one_line()
     for extra in ({"algorithm": "fedavg"}, {"aggregation": "ideal"}):
         body = small(transmit={"power_control": "privacy-budget"}, privacy={"target_epsilon": 5.0, "accountants": []})
         body["train"] = {**body["train"], **extra}
-        with pytest.raises(OtaflInputError, match="needs train.algorithm = 'fedsgd' and train.aggregation = 'ota'"):
+        with pytest.raises(OtaflInputError, match="needs train.algorithm = 'fedsgd' and train.aggregation = 'ota'|"
+                                                  "needs train.aggregation = 'ota'"):
+            build_channel(spec_from_mapping(body), dim=10)
+    for policy in ("cotaf", "schedule"):
+        body = small(transmit={"power_control": policy, "threshold": 0.5}, train={"aggregation": "ideal"})
+        with pytest.raises(OtaflInputError, match="needs train.aggregation = 'ota'"):
             build_channel(spec_from_mapping(body), dim=10)
 
 

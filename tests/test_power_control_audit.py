@@ -29,6 +29,14 @@ def test_a_short_audit_of_every_policy_stays_below_every_accountant(policy):
     assert result["rounds"] == 3 and set(result["upper"]) == {"exact", "tight", "paper"}
 
 
+def test_scaffold_with_its_warm_start_under_a_schedule_is_audited_below_every_accountant():
+    """The warm start transmits on round 0's channel: the schedule reads that row as round 0."""
+    spec, audit = load_audit_spec("experiments/audit-scaffold-warm.toml",
+                                  ["transmit.power_control='schedule'", "transmit.power_start=0.5",
+                                   "transmit.power_end=0.25", "audit.trials=1000", "audit.seed=1"])
+    _assert_sound(audit_run(spec, audit))
+
+
 def test_the_audited_privacy_budget_run_is_accounted_at_its_target():
     spec, audit = load_audit_spec(POWER, ["audit.trials=1000"])
     result = audit_run(spec, audit)

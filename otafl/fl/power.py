@@ -46,9 +46,13 @@ class PowerControl:
     """
 
     silences = False
+    any_aggregation = False  # True: also valid where the aggregation never asks for c_t (ideal, digital)
 
     def __init__(self, spec: Spec, setup: ChannelSetup, h: Tensor, p: Tensor):
         self.spec, self.h, self.p = spec, h, p
+        if not self.any_aggregation and spec.train.aggregation != "ota":
+            raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs train.aggregation "
+                                  f"= 'ota' (found {spec.train.aggregation!r}, which has no alignment gain)")
 
     def attach(self, setup: ChannelSetup) -> ChannelSetup:
         """The run's setup with this policy deciding c_t."""
@@ -78,6 +82,8 @@ class PowerControl:
 class FullPower(PowerControl):
     """c_t = the alignment bound (the paper's ``min`` or ``truncate`` policy): today's behaviour.
     Planning returns the setup unchanged."""
+
+    any_aggregation = True
 
     def attach(self, setup):
         return setup
