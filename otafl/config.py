@@ -60,6 +60,9 @@ class ChannelSpec:
     snr_db: float | list[float] = 10.0  # one SNR, or one per group
     group_sizes: list[int] | None = None  # users per SNR group
     large_scale_gain: float | list[float] = 1.0  # amplitude; scalar, per group or per user
+    csi: str = "perfect"  # perfect | estimated (docs/model.md#channel-state-information)
+    pilot_snr_db: float | None = None  # estimated: pilot SNR, error variance 10^(-pilot_snr_db / 10)
+    csi_error_var: float | None = None  # estimated: the estimate's error variance (instead of pilot_snr_db)
 
 
 @dataclass(frozen=True)

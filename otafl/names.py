@@ -91,6 +91,12 @@ FADING_MODELS = Registry("channel.fading", {
     "static": "otafl.channel.fading:StaticFading",
 })
 
+#: Channel state information (``channel.csi``; :mod:`otafl.channel.csi`): which gains alignment inverts.
+CSI_MODELS = Registry("channel.csi", {
+    "perfect": "otafl.channel.csi:PerfectCSI",
+    "estimated": "otafl.channel.csi:EstimatedCSI",
+})
+
 #: Sampling schemes (``sampling.scheme``; :mod:`otafl.sampling`).
 SAMPLING_SCHEMES = Registry("sampling.scheme", {
     "uniform": "otafl.sampling:UniformSampling",

@@ -16,12 +16,14 @@ Two levels:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from otafl.channel.csi import KnownGains, make_csi
 from otafl.channel.fading import ARRicianFading, make_fading
 from otafl.config import Spec, as_list
 from otafl.device import resolve_device
@@ -106,8 +108,11 @@ def build_channel(spec: Spec, *, dim: int, device: torch.device | str = "cpu",
     gain = resolve_per_user(ch.large_scale_gain, groups, K, name="channel.large_scale_gain")
     fading = make_fading(ch.fading, rician_k=ch.rician_k, rho=ch.rho)
     h = fading.sample(T, gain, gens["fading"])
-    p = sampling_law(spec).probabilities(h)
+    h_hat = make_csi(ch).estimates(h, gens["fading"])  # None: perfect CSI (nothing drawn)
+    p = sampling_law(spec).probabilities(h if h_hat is None else h_hat.clamp(min=0.0))  # the users know h_hat
     h, p = h.to(device).contiguous(), p.to(device)
+    if h_hat is not None:
+        setup = dataclasses.replace(setup, csi=KnownGains(h, h_hat))
     from otafl.fl.power import plan_power  # the policy deciding c_t (docs/model.md#power-control)
 
     setup = plan_power(spec, setup, h, p)

@@ -395,6 +395,8 @@ class ChannelSetup:
 
     power : [K] float64, P_k = SNR_k d N0 (transmit power budget, signal units)
     noise_var : [K] float64, sigma_k^2 (artificial noise, gradient units)
+    csi : None (perfect CSI: alignment inverts h) or the run's known gains
+        (:class:`otafl.channel.csi.KnownGains`: alignment inverts h_hat, docs/model.md#channel-state-information)
 
     power_control : the run's power-control policy (:class:`otafl.fl.power.PowerControl`), which
     decides c_t from the alignment bound (:meth:`full_gain`); None: full power, c_t = the bound.
@@ -412,6 +414,7 @@ class ChannelSetup:
     alignment: str = "min"
     threshold: float | None = None
     power_control: object | None = field(default=None, repr=False, compare=False)
+    csi: object | None = field(default=None, repr=False, compare=False)  # KnownGains (estimated CSI) or None (perfect)
     bound_scale: Tensor = field(init=False, repr=False)
 
     def __post_init__(self):

@@ -40,8 +40,8 @@ def registries() -> dict[str, Any]:
     torch loads; imported here, not at module level, so that the registries' modules may import
     this one."""
     from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, POWER_CONTROLS, SUPERPOSITIONS, UPDATE_SCALINGS
-    from otafl.names import (ACCESS_SCHEMES, ALIGNMENT_POLICIES, DATASETS, DEVICES, ESTIMATORS, FADING_MODELS,
-                             MODELS, OPTIMIZERS, SAMPLING_SCHEMES, SCHEDULES, SPLITS)
+    from otafl.names import (ACCESS_SCHEMES, ALIGNMENT_POLICIES, CSI_MODELS, DATASETS, DEVICES, ESTIMATORS,
+                             FADING_MODELS, MODELS, OPTIMIZERS, SAMPLING_SCHEMES, SCHEDULES, SPLITS)
     from otafl.privacy.accountants.registry import ACCOUNTANTS
 
     return {
@@ -50,7 +50,7 @@ def registries() -> dict[str, Any]:
         "sampling.schedule": SCHEDULES, "estimator.kind": ESTIMATORS, "train.aggregation": AGGREGATIONS,
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
         "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS, "digital.mechanism": MECHANISMS,
-        "digital.access": ACCESS_SCHEMES, "transmit.update_scaling": UPDATE_SCALINGS,
+        "digital.access": ACCESS_SCHEMES, "transmit.update_scaling": UPDATE_SCALINGS, "channel.csi": CSI_MODELS,
         "transmit.power_control": POWER_CONTROLS,
     }
 
@@ -201,6 +201,7 @@ def validate(spec: Spec) -> None:
         _names("privacy.accountants", a, names["privacy.accountants"])
 
     validate_digital(spec, names)
+    _validate_csi(spec, names["channel.csi"])
     _validate_aggregation_accountants(spec)
     check_run_size(spec)
 
@@ -230,6 +231,37 @@ def _validate_aggregation_accountants(spec: Spec) -> None:
             f"privacy.accountants = {listed!r} is outside the allowed range for train.aggregation = 'digital': "
             f"{', '.join(ota)} {verb} over-the-air aggregation (hidden participation, channel noise), but "
             "orthogonal access shows the server who transmits; use ['digital'] (the default of a digital run)")
+
+
+CSI_REFUSED_ACCOUNTANTS = ("steps", "steps-sumdom", "digital")
+"""Accountants that do not read the gain mismatch of estimated CSI (docs/privacy/csi.md#csi)."""
+
+
+def _validate_csi(spec: Spec, models) -> None:
+    """``channel.csi`` and its error level: exactly one of ``pilot_snr_db`` or ``csi_error_var``
+    with ``estimated``, neither with ``perfect``; estimated CSI only over the air, accounted by
+    ``exact``, ``tight`` or ``paper``."""
+    c = spec.channel
+    _names("channel.csi", c.csi, models)
+    if c.csi_error_var is not None:
+        check_range("channel.csi_error_var", c.csi_error_var, 0, None)
+    if c.pilot_snr_db is not None:
+        check_snr_db("channel.pilot_snr_db", c.pilot_snr_db)
+    if c.csi == "perfect":
+        for key in ("pilot_snr_db", "csi_error_var"):
+            if getattr(c, key) is not None:
+                raise OtaflInputError(f"channel.{key} needs channel.csi = 'estimated' (found 'perfect')")
+        return
+    if (c.pilot_snr_db is None) == (c.csi_error_var is None):
+        raise OtaflInputError("channel.csi = 'estimated' needs exactly one of channel.pilot_snr_db (dB) or "
+                              "channel.csi_error_var (>= 0)")
+    if spec.train.aggregation != "ota":
+        raise OtaflInputError(f"channel.csi = 'estimated' needs train.aggregation = 'ota' "
+                              f"(found {spec.train.aggregation!r}: no alignment to estimate)")
+    refused = [a for a in as_list(spec.privacy.accountants) if a in CSI_REFUSED_ACCOUNTANTS]
+    if refused:
+        raise OtaflInputError(f"privacy.accountants = {refused!r} is outside the allowed range for channel.csi = "
+                              "'estimated' (exact, tight, paper read the gain mismatch; these do not)")
 
 
 def check_run_size(spec: Spec) -> None:

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from procs import interruptible
 from click.testing import CliRunner
 
 from otafl.cli.main import cli
@@ -64,6 +65,15 @@ BAD = [
      "allowed length is train.rounds = 2"),
     (["run", "spec.toml", "--set", "transmit.power_schedule=[1.0,1.5]"], "transmit.power_schedule = 1.5"),
     (["run", "spec.toml", "--set", "transmit.power_control='cotaf'"], "transmit.threshold must be set"),
+    (["run", "spec.toml", "--set", "channel.csi='guessed'"], "channel.csi = 'guessed'"),
+    (["run", "spec.toml", "--set", "channel.csi='estimated'", "--set", "channel.csi_error_var=-0.1"],
+     "channel.csi_error_var = -0.1"),
+    (["run", "spec.toml", "--set", "channel.csi='estimated'"], "exactly one of"),
+    (["run", "spec.toml", "--set", "channel.csi_error_var=0.1"], "needs channel.csi = 'estimated'"),
+    (["run", "spec.toml", "--set", "channel.csi='estimated'", "--set", "channel.pilot_snr_db=nan"],
+     "channel.pilot_snr_db"),
+    (["run", "spec.toml", "--set", "channel.csi='estimated'", "--set", "channel.pilot_snr_db=20",
+      "--set", "train.aggregation='ideal'"], "needs train.aggregation = 'ota'"),
     (["run", "spec.toml", "--set", "nodot"], "section.key"),
     (["run", "missing.toml"], "does not exist"),
     (["run", "broken.toml"], "malformed TOML"),
@@ -722,7 +732,7 @@ def _signal_otafl(tmp_path, args, sig, ready, settle=0.5):
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "otafl", *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.DEVNULL, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not ready():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()

@@ -125,6 +125,12 @@ BAD_VALUES = [  # one-line input errors found by the torch-free checks (otafl/ap
     (["bound", "--p", "0.5", "--rounds", "1000000000000"], "error: users = 200 with the exact accountant's "
      "totals over 1000000000000 rounds (per-user facts) needs about 5.68 PiB, over the memory limit of 8 GiB (raise it with otafl --memory-limit GB or "
      "OTAFL_MEMORY_LIMIT_GB)"),
+    (["bound", "--accountant", "steps", "--local-steps", "0"],
+     "error: local_steps = 0 is outside the allowed range [1, 100000] (integers)"),
+    (["bound", "--accountant", "exact", "--record-sampling", "2"],
+     "error: record_sampling = 2.0 is outside the allowed range (0, 1]"),
+    (["bound", "--accountant", "steps", "--local-steps", "2"],
+     "error: local_steps and record_sampling need step_noise (the per-step noise multiplier)"),
     (["audit", "--p", "0.5", "--samples", "0"], "error: samples = 0 is outside the allowed range [1, inf)"),
     (["plot-accountants", "--p", "2", "--out", "OUT/a.png"], "error: p = 2.0 is outside the allowed range (0, 1]"),
     (["scaling", "--points", "1"], "error: points = 1 is outside the allowed range [2, inf)"),
@@ -155,3 +161,14 @@ def test_a_bad_value_is_refused_in_one_line_before_torch_loads(tmp_path, args, l
     assert res == {"code": 2, "heavy": []}
     assert out.stderr.splitlines() == [line]
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_accounting_a_round_exactly_does_not_import_sympy():
+    """torch.broadcast_shapes imports sympy on its first call (1.3 s); the accountants use
+    numpy's rule instead, so `bound` pays only for what it computes."""
+    code = ("import sys; from otafl.cli.main import cli\ntry:\n    cli(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print('exit', e.code)\nprint('torch' in sys.modules, 'sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, "bound", "--users", "20", "--p", "0.5", "--sigma2", "0.1",
+                          "--n0", "0", "--accountant", "exact,tight,paper", "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-2:] == ["exit 0", "True False"], out.stderr[-2000:]

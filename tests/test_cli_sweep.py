@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from procs import interruptible
 
 from sweep_helpers import invoke, rows
 
@@ -262,7 +263,8 @@ def start_sweep_process(tmp_path, *args):
     spec, db = write_spec(tmp_path, SLOW_SPEC), str(tmp_path / "r.sqlite")
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "otafl", "sweep", spec, "--out", db, "--quiet", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=interruptible)
     return proc, spec, db
 
 

@@ -65,13 +65,17 @@ def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quot
     assert failures == [], "\n\n".join(failures)
 
 
+SLOW_PAGES = [p for p in doccheck.doc_files() if any(b.slow for b in doccheck.blocks(p))]
+
+
 @pytest.mark.slow
-def test_every_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    """The pages with slow blocks, every block of each (their fast blocks may make what the slow
-    ones read); the pages with fast blocks only are the default suite's test above, which CI
-    runs too, so they are not run twice."""
-    pages = [p for p in doccheck.doc_files() if any(b.slow for b in doccheck.blocks(p))]
-    failures = doccheck.check(pages, slow=True, jobs=2, times=True)  # times shown with -s or on failure
+@pytest.mark.parametrize("page", SLOW_PAGES, ids=lambda p: str(p.relative_to(doccheck.ROOT)))
+def test_every_console_block_of_a_page_with_slow_blocks_prints_what_it_quotes(page):
+    """Every block of a page with slow blocks (its fast blocks may make what the slow ones read);
+    the pages with fast blocks only are the default suite's test above, which CI runs too, so
+    they are not run twice. One test per page, so that the slow pass spreads the pages over its
+    workers (``--dist load``)."""
+    failures = doccheck.check([page], slow=True, times=True)  # times shown with -s or on failure
     assert failures == [], "\n\n".join(failures)
 
 

@@ -168,14 +168,14 @@ def test_heterogeneous_users_each_stay_below_the_round_bound():
     # Two noise groups and distinct p's: the round's eps (groups charged their largest p
     # and the smallest law of the others) bounds every single user's own exact eps. Every
     # user's others add unequal noise (0.2 and 1.0), so eq. (5) is out for all of them.
-    K = 30
+    K = 16
     p = torch.linspace(0.4, 0.8, K, dtype=F64)
     s2 = torch.full((K,), 0.2, dtype=F64)
-    s2[:10] = 1.0
+    s2[:5] = 1.0
     kw = dict(alignment_gain=1.0, n0=1.0, sensitivity=2.0, delta_l=1e-5, dim=50)
     round_eps = float(exact_round(participation_prob=p[None], noise_var=s2[None], **kw).epsilon_central)
     assert math.isfinite(round_eps)
-    for j in (0, 9, 10, 29):
+    for j in (0, 4, 5, 15):  # each group's first and last user
         others = torch.cat([p[:j], p[j + 1:]])[None]
         spec = RoundSpec(participation_prob=t([p[j]]), own_noise_var=t([s2[j]]), others_noise_var=t([0.2]),
                          channel_noise_var=t([1.0]), half_sensitivity=t([1.0]),

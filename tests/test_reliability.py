@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from procs import interruptible
 from click.testing import CliRunner
 
 from otafl.cli.main import cli
@@ -143,7 +144,7 @@ def test_ctrl_c_of_doccheck_ends_its_commands_and_is_one_line_exit_130(tmp_path,
         page.write_text(f"```console\n$ echo $$ > {tmp_path}/{name}.pid; sleep 60\n```\n")
         pages.append(str(page))
     proc = subprocess.Popen([sys.executable, DOCCHECK, "--jobs", jobs, *pages], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     pidfiles = [tmp_path / "a.pid"] + ([tmp_path / "b.pid"] if jobs == "2" else [])
     deadline = time.monotonic() + 60
     while not all(p.exists() and p.read_text().strip() for p in pidfiles):

@@ -19,6 +19,7 @@ import time
 import uuid
 
 import pytest
+from procs import interruptible
 
 from otafl.cli.main import cli
 from sweep_helpers import invoke, rows
@@ -183,7 +184,8 @@ def start_ray_sweep(tmp_path, env):
     spec, db = write_spec(tmp_path, LONG_SPEC), str(tmp_path / "r.sqlite")
     proc = subprocess.Popen([sys.executable, "-m", "otafl", "sweep", spec, "--out", db, "--quiet",
                              "--executor", "ray", "--workers", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         # two runs submitted and a task computing

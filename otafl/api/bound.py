@@ -279,7 +279,8 @@ def bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequence[flo
     accountants = check_bound_grid(users=users, p=p, sigma2=sigma2, clip=clip, snr_db=snr_db, accountants=accountants,
                                    delta_l=delta_l, delta_prime=delta_prime, n0=n0, dim=dim, rounds=rounds,
                                    channel=channel, delta_target=delta_target, composition=composition,
-                                   user_sampling=user_sampling, max_delta=max_delta)
+                                   user_sampling=user_sampling, max_delta=max_delta, local_steps=local_steps,
+                                   record_sampling=record_sampling, step_noise=step_noise)
     from otafl.limits import memory_limit_bytes
     from otafl.privacy.analysis.pld import set_memory_budget, take_notes
 

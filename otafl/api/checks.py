@@ -17,7 +17,7 @@ from otafl.errors import OtaflInputError, check_range, check_scale, check_snr_db
 from otafl.limits import (COUNT_WINDOW_ACCOUNTANTS, MAX_EXACT_INT, bound_bytes, check_draws, check_exact_totals,
                           check_memory, count_window_bytes)
 from otafl.privacy.accountants.registry import STEPS_ACCOUNTANTS
-from otafl.privacy.knobs import check_user_sampling
+from otafl.privacy.knobs import check_step_knobs, check_user_sampling
 from otafl.privacy.names import ADVERSARIES, COMPOSITIONS
 
 CHUNK_ELEMENTS = 1 << 14
@@ -37,12 +37,20 @@ def check_bound_grid(*, users: Sequence[int], p: Sequence[float], sigma2: Sequen
                      snr_db: Sequence[float], accountants: Sequence[str], delta_l: float,
                      delta_prime: float | str, n0: float | None, dim: int, rounds: int | None,
                      channel: str | None, delta_target: float | None, composition: str, user_sampling: str,
-                     max_delta: float | None) -> list[str]:
+                     max_delta: float | None, local_steps: int = 1, record_sampling: float = 1.0,
+                     step_noise: float | None = None) -> list[str]:
     """``bound_grid``'s inputs (its docstring); returns the accountants as a list without
     repeats. With a ``channel`` preset the grid's size is checked once the fading is drawn
-    (:func:`check_grid_memory`); without, here."""
+    (:func:`check_grid_memory`); without, here. The steps knobs' ranges are checked whatever
+    the accountants (a bad value is refused, not ignored); that local steps and record sampling
+    need a step noise, only where a steps accountant reads them."""
     accountants = check_accountants(accountants)
     check_user_sampling(user_sampling)
+    check_step_knobs(local_steps, step_noise)
+    check_range("record_sampling", record_sampling, lo=0.0, hi=1.0, lo_open=True)
+    if step_noise is None and (local_steps != 1 or record_sampling != 1.0) and any(
+            a in STEPS_ACCOUNTANTS for a in accountants):
+        raise OtaflInputError("local_steps and record_sampling need step_noise (the per-step noise multiplier)")
     for value in p:
         check_range("p", value, lo=0.0, hi=1.0, lo_open=True)
     for value in sigma2:

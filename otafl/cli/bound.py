@@ -86,14 +86,14 @@ def bound(ctx, users, p, sigma2, clip, snr_db, delta_l, delta_prime, n0, dim, ac
                 delta_l=delta_l, delta_prime=parse_delta_prime(delta_prime), n0=n0, dim=dim, rounds=rounds,
                 channel=channel, delta_target=delta_total, max_delta=max_delta, composition=composition,
                 user_sampling=user_sampling)
-    check_bound_grid(**grid)  # a bad value is refused before torch loads
+    steps = dict(local_steps=local_steps, record_sampling=record_sampling, step_noise=step_noise)
+    check_bound_grid(**grid, **steps)  # a bad value is refused before torch loads
 
     from otafl.api.bound import bound_grid
     from otafl.device import resolve_device
 
     with progress_bar("bound", quiet=quiet, unit="pt") as progress:
-        result = bound_grid(**grid, seed=seed, device=resolve_device(device), local_steps=local_steps,
-                            record_sampling=record_sampling, step_noise=step_noise, progress=progress)
+        result = bound_grid(**grid, **steps, seed=seed, device=resolve_device(device), progress=progress)
     echo_result(result, fmt, bound_text)
     for note in result["meta"].get("notes", []):
         click.echo(f"note: {note}", err=True)

@@ -101,7 +101,15 @@ class OverTheAir(Aggregation):
         return RoundFacts(participation_prob=participation.to(torch.float64).cpu(),
                           noise_var=self.setup.noise_var.to(torch.float64).cpu(), alignment_gain=agg.alignment_gain,
                           n0=self.spec.channel.n0, sensitivity=sensitivity, dim=self.dim,
-                          participants=agg.participants, **step_facts)
+                          participants=agg.participants, **step_facts, **_csi_facts(agg))
+
+
+def _csi_facts(agg: Aggregate) -> dict:
+    """The gain mismatch of estimated CSI (the round's extremes of h_k / h_hat_k) as RoundFacts fields;
+    none with perfect CSI (docs/privacy/csi.md#csi)."""
+    if "csi_ratio_min" not in agg.extras:
+        return {}
+    return {"csi_ratio_min": agg.extras["csi_ratio_min"], "csi_ratio_max": agg.extras["csi_ratio_max"]}
 
 
 class Ideal(Aggregation):

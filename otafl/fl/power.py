@@ -53,6 +53,9 @@ class PowerControl:
         if not self.any_aggregation and spec.train.aggregation != "ota":
             raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs train.aggregation "
                                   f"= 'ota' (found {spec.train.aggregation!r}, which has no alignment gain)")
+        if not self.any_aggregation and getattr(setup, "csi", None) is not None:
+            raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs channel.csi = "
+                                  "'perfect' (a policy planned on estimated gains is not implemented yet)")
 
     def attach(self, setup: ChannelSetup) -> ChannelSetup:
         """The run's setup with this policy deciding c_t."""

@@ -73,23 +73,51 @@ class _ChannelState(NamedTuple):
     eligible: Tensor  # [K] bool
     transmitting: Tensor  # [K] bool, active & eligible; all False when c_t = 0
     senders: Tensor  # [|K_t|] int64, the transmitting users in user order
-    noise_var: float  # sigma_z^2 = sum_{K_t} sigma_k^2 + N0 / c_t^2; inf when nobody transmits
+    noise_var: float  # sigma_z^2 = sum_{K_t} r_k^2 sigma_k^2 + N0 / c_t^2; inf when nobody transmits
+    known: Tensor | None = None  # [K] h_hat, the gains alignment inverts (None: perfect CSI, h itself)
+    ratio: Tensor | None = None  # [K] r_k = h_k / h_hat_k where eligible, 1 elsewhere (None: perfect CSI)
 
 
 def _channel_state(h: Tensor, active: Tensor, setup: ChannelSetup) -> _ChannelState:
     """The channel side of a round, shared by :func:`ota_aggregate` and :func:`channel_only`:
     alignment gain, eligibility, who transmits, and the effective noise. With c_t = 0 nobody
-    can be aligned, so nobody transmits."""
-    c_t, eligible = setup.gain(h)
+    can be aligned, so nobody transmits. With estimated CSI (``setup.csi``) c_t and eligibility
+    come from the known gains h_hat (a user with h_hat <= 0 stays silent) and each sender
+    arrives with gain r_k c_t, r_k = h_k / h_hat_k (docs/model.md#channel-state-information)."""
+    known = ratio = None
+    if setup.csi is None:
+        c_t, eligible = setup.gain(h)
+    else:
+        from otafl.channel.csi import usable_gains
+
+        known = setup.csi(h)
+        finite, usable = usable_gains(known)
+        c_t, eligible = setup.gain(finite)
+        eligible = eligible & usable
+        if not bool(eligible.any()):
+            c_t = torch.zeros((), dtype=torch.float64, device=h.device)
+        ratio = torch.where(eligible, h / torch.where(usable, known, torch.ones_like(known)), torch.ones_like(h))
     c = float(c_t)
     transmitting = active & eligible
     if c <= 0.0:
         transmitting = torch.zeros_like(transmitting)
     senders = transmitting.nonzero().view(-1)
     if senders.numel() == 0:
-        return _ChannelState(c, eligible, transmitting, senders, math.inf)
-    eff = float(effective_noise_var(setup.noise_var, transmitting, setup.n0, c_t))
-    return _ChannelState(c, eligible, transmitting, senders, eff)
+        return _ChannelState(c, eligible, transmitting, senders, math.inf, known, ratio)
+    var = setup.noise_var if ratio is None else setup.noise_var * ratio * ratio  # what each sender's noise arrives as
+    eff = float(effective_noise_var(var, transmitting, setup.n0, c_t))
+    return _ChannelState(c, eligible, transmitting, senders, eff, known, ratio)
+
+
+def _mismatch(state: _ChannelState) -> dict:
+    """The round-record columns of estimated CSI: the smallest and largest r_k = h_k / h_hat_k over
+    the users who may transmit (1, 1 when nobody may); none with perfect CSI."""
+    if state.ratio is None:
+        return {}
+    r = state.ratio[state.eligible] if state.gain > 0 else state.ratio[:0]
+    if r.numel() == 0:
+        return {"csi_ratio_min": 1.0, "csi_ratio_max": 1.0}
+    return {"csi_ratio_min": float(r.min()), "csi_ratio_max": float(r.max())}
 
 
 def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: ChannelSetup,
@@ -101,6 +129,10 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     divides the MAC output by c_t:
 
         y_t / c_t = sum_k c_k g_k + sum_k n_k + m_t / c_t,     m_t ~ N(0, N0 I_d).
+
+    With estimated CSI (``setup.csi``) alpha_k = c_t / h_hat_k and c_t come from the known gains,
+    and each sender arrives times r_k = h_k / h_hat_k: y_t / c_t = sum_k r_k (c_k g_k + n_k) +
+    m_t / c_t (docs/model.md#channel-state-information).
 
     ``superposition`` chooses how that is simulated:
 
@@ -129,8 +161,10 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     state = _channel_state(h, active, setup)
     c, eligible, transmitting, senders = state.gain, state.eligible, state.transmitting, state.senders
     d = grads.dim
-    outages = int((active & ~eligible).sum()) if setup.may_silence else 0  # silenced by truncation or policy
-    extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages}
+    perfect = state.ratio is None
+    silencing = setup.may_silence or not perfect  # truncation, a power-control policy or estimated CSI
+    outages = int((active & ~eligible).sum()) if silencing else 0  # silenced
+    extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages, **_mismatch(state)}
     if senders.numel() == 0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
@@ -138,19 +172,19 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
                          extras=extras)
     eff = state.noise_var
     # which of the n computed gradients are sent (all of them unless the policy silences some)
-    keep = eligible[active] if setup.may_silence else None
+    keep = eligible[active] if silencing else None
     factor = clip_factors(grads.norms, setup.clip)
     coef = factor if keep is None else factor * keep.to(factor.dtype)
     sent_norms = grads.norms * coef  # min(||g_k||, L) for the senders
     if keep is not None:
         sent_norms = sent_norms[keep]
     h_tx, sigma2 = h.index_select(0, senders), setup.noise_var.index_select(0, senders)
-    alpha = power_scale(h_tx, c)
+    alpha = power_scale(h_tx if perfect else state.known.index_select(0, senders), c)  # inverts the known gain
     power = transmit_power(sent_norms, alpha, sigma2, setup.dim)
     ratio = float((power / setup.power.index_select(0, senders)).max())
     extras["energy"] = float(power.sum())  # sum of the participants' alpha^2 (||g||^2 + d sigma^2)
     if superposition == "aggregate":
-        aligned = grads.weighted_sum(coef)
+        aligned = grads.weighted_sum(coef if perfect else coef * state.ratio[active].to(coef.dtype))
         if eff > 0.0:
             z = torch.randn(d, generator=generator, dtype=aligned.dtype, device=generator.device)
             aligned.add_(z if z.device == aligned.device else z.to(aligned.device), alpha=math.sqrt(eff))
@@ -188,6 +222,6 @@ def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup) -> Aggregate:
     """
     state = _channel_state(h, active, setup)
     extras = {"channel_uses": float(setup.dim), "energy": math.nan,
-              "outages": int((active & ~state.eligible).sum())}
+              "outages": int((active & ~state.eligible).sum()), **_mismatch(state)}
     return Aggregate(h.new_zeros(0), state.transmitting, state.eligible, state.gain, state.noise_var, 0.0,
                      state.senders.numel(), extras=extras)

@@ -75,6 +75,10 @@ class RoundFacts:
                                          artificial and channel noise are not credited.
     digital : DigitalMechanism | None -- the digital mechanism of a ``digital`` round (the
                                          ``digital`` accountant reads it; None otherwise).
+    csi_ratio_min, csi_ratio_max : float -- estimated CSI: the smallest and largest gain
+                                         mismatch r_k = h_k / h_hat_k over the users who may
+                                         transmit (1, 1: perfect CSI). Read through
+                                         :mod:`otafl.privacy.csi` (docs/privacy/csi.md#csi).
     """
 
     participation_prob: Tensor
@@ -92,6 +96,8 @@ class RoundFacts:
     co_user_noise: float = 1.0
     transmit_to_record: float = 0.0
     digital: DigitalMechanism | None = None
+    csi_ratio_min: float = 1.0
+    csi_ratio_max: float = 1.0
 
 
 def uniform_facts(users: int, p: float, sigma2: float, alignment_gain: float, n0: float, sensitivity: float,

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.analysis.concentration import AutoShare, auto_delta_prime
-from otafl.privacy.analysis.gaussian import as_float64
+from otafl.privacy.analysis.gaussian import as_float64, broadcast_shapes
 
 __all__ = [
     "REASON_HOEFFDING",
@@ -164,7 +164,7 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
         K = torch.tensor(float(p.shape[-1]), dtype=torch.float64, device=p.device)
         if var.dim() == 0:
             var = var.reshape(1)
-    batch = torch.broadcast_shapes(p.shape[:-1], var.shape[:-1], K.shape, c.shape, n0.shape, delta_s.shape,
+    batch = broadcast_shapes(p.shape[:-1], var.shape[:-1], K.shape, c.shape, n0.shape, delta_s.shape,
                                    delta_l.shape)
     if uniform:
         mu = p[..., 0] * K
@@ -185,7 +185,7 @@ def prepare_round(*, participation_prob, noise_var, alignment_gain, n0, sensitiv
     else:
         dp = as_float64(delta_prime, device=p.device)[0]
         _check_tensor("delta_prime", dp, 0.0, 1.0, lo_open=True, hi_open=True)
-        batch = torch.broadcast_shapes(batch, dp.shape)
+        batch = broadcast_shapes(batch, dp.shape)
     channel = torch.where(n0 == 0, torch.zeros_like(c), n0 / (c * c))
     over = torch.isinf(channel) & (c > 0)
     if bool(over.any()):  # c_t^2 underflows: N0 / c_t^2 is not representable (c_t = 0 is a silent round)
@@ -284,7 +284,7 @@ def evaluate_in_chunks(round_bound: Callable[..., RoundBound], *, chunk_size: in
         return value.shape
 
     shapes = {name: grid_shape(name, v) for name, v in kwargs.items()}
-    batch = torch.broadcast_shapes(*shapes.values())
+    batch = broadcast_shapes(*shapes.values())
     total = math.prod(batch)
     largest_input = max(math.prod(shape) for shape in shapes.values())
     if len(batch) == 0 or largest_input <= chunk_size or batch[0] == 1:

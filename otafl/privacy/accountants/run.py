@@ -20,6 +20,7 @@ from torch import Tensor
 
 from otafl.errors import OtaflInputError, check_range
 from otafl.privacy.accountants.base import (
+    CENTRAL_REASONS,
     REASON_BEYOND_RANGE,
     REASON_NO_CENTRAL_NOISE,
     REASON_NO_LOCAL_NOISE,
@@ -39,6 +40,7 @@ from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
 from otafl.privacy.analysis.concentration import AutoShare
+from otafl.privacy.csi import exact_keys, has_mismatch, refuse_unless_supported, target_frame
 from otafl.privacy.facts import RoundFacts, stack_facts
 
 __all__ = [
@@ -168,7 +170,12 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     check_range("delta_l", delta_l, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     if delta_target is not None:
         check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    refuse_unless_supported(facts, accountants)  # estimated CSI: only exact, tight, paper read the mismatch
     x = stack_facts(facts)
+    x_own = None
+    if has_mismatch(facts):  # tight, paper: the perfect-CSI round that dominates each (docs/privacy/csi.md#csi)
+        x_own = stack_facts([target_frame(f, scale_own=False) for f in facts])  # LDP: the own noise as it is
+        x = stack_facts([target_frame(f, scale_own=True) for f in facts])  # central: the others' noise times kappa
     results: dict[str, AccountantResult] = {}
     share = split_share(delta_prime, delta_target, len(facts))
     for name in accountants:
@@ -189,6 +196,11 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
         bound = acc.bound(participation_prob=x["participation_prob"], noise_var=x["noise_var"],
                           alignment_gain=x["alignment_gain"], n0=x["n0"], sensitivity=x["sensitivity"],
                           delta_l=delta_l, delta_prime=dp, dim=x["dim"])
+        if x_own is not None:  # estimated CSI: the local (n = 0) half from the round with the own noise unscaled
+            bound = _with_local(bound, acc.bound(participation_prob=x_own["participation_prob"],
+                                                 noise_var=x_own["noise_var"], alignment_gain=x_own["alignment_gain"],
+                                                 n0=x_own["n0"], sensitivity=x_own["sensitivity"], delta_l=delta_l,
+                                                 delta_prime=dp, dim=x_own["dim"]))
         revealed = x["participation_prob"].amax(-1) if name == "tight" else None  # tight's unamplified LDP
         totals = compose_round_bounds(bound, delta_target=delta_target, delta_slack=delta_l,
                                       rdp_resolution=rdp_resolution, pld=True, local_revealed_rate=revealed)
@@ -216,6 +228,20 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
             total_reason=total_reason,
         )
     return PrivacyResult({name: explained(r, delta_target) for name, r in results.items()})
+
+
+def _with_local(central: RoundBound, local: RoundBound) -> RoundBound:
+    """``central``'s central half with ``local``'s local half (estimated CSI: a target's LDP has no
+    others, so its own noise is not lowered; docs/privacy/csi.md#csi-the-dominating-round)."""
+    import dataclasses
+
+    keep = central.reason & CENTRAL_REASONS
+    beyond = torch.where(torch.isinf(central.epsilon_central), central.reason & REASON_BEYOND_RANGE,
+                         torch.zeros_like(central.reason))
+    return dataclasses.replace(central, epsilon_local=local.epsilon_local, delta_local=local.delta_local,
+                               local_noise_std=local.local_noise_std, local_sampling_rate=local.local_sampling_rate,
+                               classic_valid_local=local.classic_valid_local,
+                               reason=keep | beyond | (local.reason & ~CENTRAL_REASONS))
 
 
 def split_share(delta_prime, delta_target: float | None, rounds: int) -> float | None:
@@ -306,7 +332,11 @@ def exact_total(facts: Sequence[RoundFacts], kind: str, *, delta_l: float, delta
     else:
         delta_t = torch.stack([torch.as_tensor(f.participation_prob, dtype=torch.float64).amax() for f in facts]
                               ) * delta_l
-    keys = run_row_keys(facts, kind, resolution)
+    if has_mismatch(facts):  # estimated CSI: the dominating rows of every target's frame (docs/privacy/csi.md#csi)
+        keys = exact_keys(run_row_keys([target_frame(f, scale_own=False) for f in facts], kind, resolution),
+                          facts, kind)
+    else:
+        keys = run_row_keys(facts, kind, resolution)
     row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
     eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
     delta_basic = float(delta_t.sum().clamp(max=1.0))

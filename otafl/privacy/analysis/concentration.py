@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from otafl.privacy.analysis.gaussian import broadcast_shapes
+
 
 def poisson_binomial_pmf(p: torch.Tensor) -> torch.Tensor:
     """Exact law of the number of successes among independent Bernoulli(p_k) coins.
@@ -229,7 +231,7 @@ def poisson_binomial_lower_quantile(*, p, delta_prime) -> torch.Tensor:
     """
     p = torch.as_tensor(p, dtype=torch.float64)
     dp = torch.as_tensor(delta_prime, dtype=torch.float64, device=p.device)
-    batch = torch.broadcast_shapes(p.shape[:-1], dp.shape)
+    batch = broadcast_shapes(p.shape[:-1], dp.shape)
     K = p.shape[-1]
     p = p.expand(*batch, K).reshape(-1, K)
     dp = dp.expand(batch).reshape(-1)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 __all__ = [
     "as_float64",
+    "broadcast_shapes",
     "classic_gaussian_epsilon",
     "analytic_gaussian_epsilon",
     "exp_diff",
@@ -37,6 +38,14 @@ def as_float64(*values, device: torch.device | str | None = None) -> list[Tensor
         device = next((v.device for v in values if isinstance(v, Tensor)), torch.device("cpu"))
     return [torch.as_tensor(v, dtype=torch.float64, device=device) for v in values]
 
+
+
+def broadcast_shapes(*shapes) -> torch.Size:
+    """``torch.broadcast_shapes`` without its cost: torch's imports sympy on its first call
+    (1.3 s, paid by every process that accounts a round); numpy's rule is the same."""
+    import numpy as np
+
+    return torch.Size(np.broadcast_shapes(*(tuple(s) for s in shapes)))
 
 def classic_gaussian_epsilon(*, sensitivity, noise_std, delta) -> Tensor:
     """Classic Gaussian-mechanism epsilon (Dwork & Roth 2014, Thm A.1).

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from otafl.privacy.analysis.gaussian import as_float64
+from otafl.privacy.analysis.gaussian import as_float64, broadcast_shapes
 
 __all__ = ["RDP_ORDERS", "rdp_epsilon"]
 
@@ -153,7 +153,7 @@ def rdp_epsilon(*, sampling_rate, noise_multiplier, delta, orders: tuple[float, 
     """
     q, z, delta = as_float64(sampling_rate, noise_multiplier, delta)
     q, z = torch.broadcast_tensors(q, z)
-    batch = torch.broadcast_shapes(q.shape[:-1], delta.shape)
+    batch = broadcast_shapes(q.shape[:-1], delta.shape)
     device = q.device
     T = q.shape[-1]
     q_rows = q.expand(*batch, T).reshape(-1, T).cpu().tolist()
