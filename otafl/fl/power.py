@@ -43,17 +43,19 @@ class PowerControl:
     """The strategy interface. ``gain(setup, h)`` -> (c_t, eligible [K] bool) for one round's gains.
 
     silences : the policy may leave active users ineligible (the round's outages).
+    changes_gain : the policy moves c_t off the alignment bound, so it needs the ``ota`` aggregation (the
+        others never ask for c_t) and perfect CSI (a plan on estimated gains is not implemented).
     """
 
     silences = False
-    any_aggregation = False  # True: also valid where the aggregation never asks for c_t (ideal, digital)
+    changes_gain = True
 
     def __init__(self, spec: Spec, setup: ChannelSetup, h: Tensor, p: Tensor):
         self.spec, self.h, self.p = spec, h, p
-        if not self.any_aggregation and spec.train.aggregation != "ota":
+        if self.changes_gain and spec.train.aggregation != "ota":
             raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs train.aggregation "
                                   f"= 'ota' (found {spec.train.aggregation!r}, which has no alignment gain)")
-        if not self.any_aggregation and getattr(setup, "csi", None) is not None:
+        if self.changes_gain and getattr(setup, "csi", None) is not None:
             raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs channel.csi = "
                                   "'perfect' (a policy planned on estimated gains is not implemented yet)")
 
@@ -86,7 +88,7 @@ class FullPower(PowerControl):
     """c_t = the alignment bound (the paper's ``min`` or ``truncate`` policy): today's behaviour.
     Planning returns the setup unchanged."""
 
-    any_aggregation = True
+    changes_gain = False
 
     def attach(self, setup):
         return setup
