@@ -47,5 +47,5 @@ def test_the_audited_privacy_budget_run_is_accounted_at_its_target():
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", sorted(POWER_CONTROLS))
 def test_a_long_audit_of_every_policy_stays_below_every_accountant(policy):
-    spec, audit = load_audit_spec(POWER, [f"transmit.power_control='{policy}'", "audit.seed=2"])
+    spec, audit = load_audit_spec(POWER, [f"transmit.power_control='{policy}'", "audit.trials=10000", "audit.seed=2"])
     _assert_sound(audit_run(spec, audit))
