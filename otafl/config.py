@@ -74,6 +74,10 @@ class TransmitSpec:
     record_clip: float = 1.0  # C, per-example clipping of the local steps (fedavg, scaffold)
     step_noise: float = 1.0  # sigma, Gaussian noise per local step in units of C (fedavg, scaffold)
     update_scaling: str = "bound"  # fedavg, scaffold: bound (u L / B, the public norm bound) | clip (u clipped to L)
+    power_control: str = "full"  # full | privacy-budget | cotaf | schedule (docs/model.md#power-control)
+    power_schedule: list[float] = field(default_factory=list)  # schedule: s_t in (0, 1], one per round
+    power_start: float = 1.0  # schedule without a list: geometric ramp of s_t from power_start ...
+    power_end: float = 1.0  # ... to power_end (c_t = s_t times the alignment bound)
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class PrivacySpec:
     delta_l: float = 1e-5  # per-round delta of the Gaussian step
     delta_prime: float | str = "auto"  # auto = 2 exp(-2 mu^2 / K) + 1e-5
     delta_total: float = 1e-5  # the one delta of every accountant's totals over the run (docs/privacy/index.md)
+    target_epsilon: float | None = None  # power_control = privacy-budget: exact's central total at delta_total
 
 
 @dataclass(frozen=True)

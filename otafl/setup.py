@@ -110,11 +110,14 @@ def build_channel(spec: Spec, *, dim: int, device: torch.device | str = "cpu",
     h = fading.sample(T, gain, gens["fading"])
     h_hat = make_csi(ch).estimates(h, gens["fading"])  # None: perfect CSI (nothing drawn)
     p = sampling_law(spec).probabilities(h if h_hat is None else h_hat.clamp(min=0.0))  # the users know h_hat
+    h, p = h.to(device).contiguous(), p.to(device)
     if h_hat is not None:
-        h = h.to(device)
         setup = dataclasses.replace(setup, csi=KnownGains(h, h_hat))
+    from otafl.fl.power import plan_power  # the policy deciding c_t (docs/model.md#power-control)
+
+    setup = plan_power(spec, setup, h, p)
     return ChannelPlan(setup=setup, groups=groups, snr_db=tuple(snr), large_scale_gain=gain, fading=fading,
-                       h=h.to(device), p=p.to(device))
+                       h=h, p=p)
 
 
 @dataclass

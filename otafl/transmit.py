@@ -398,6 +398,9 @@ class ChannelSetup:
     csi : None (perfect CSI: alignment inverts h) or the run's known gains
         (:class:`otafl.channel.csi.KnownGains`: alignment inverts h_hat, docs/model.md#channel-state-information)
 
+    power_control : the run's power-control policy (:class:`otafl.fl.power.PowerControl`), which
+    decides c_t from the alignment bound (:meth:`full_gain`); None: full power, c_t = the bound.
+
     Derived once (not an argument): ``bound_scale`` [K] = sqrt(P_k / (L^2 + d sigma_k^2)), so
     that user k's alignment bound in a round is h_k * bound_scale_k
     (:func:`alignment_bound`).
@@ -410,6 +413,7 @@ class ChannelSetup:
     dim: int
     alignment: str = "min"
     threshold: float | None = None
+    power_control: object | None = field(default=None, repr=False, compare=False)
     csi: object | None = field(default=None, repr=False, compare=False)  # KnownGains (estimated CSI) or None (perfect)
     bound_scale: Tensor = field(init=False, repr=False)
 
@@ -418,8 +422,20 @@ class ChannelSetup:
         object.__setattr__(self, "bound_scale",
                            alignment_bound(ones, self.power, self.clip, self.noise_var, self.dim))
 
+    @property
+    def may_silence(self) -> bool:
+        """Whether a round may leave some active users ineligible (truncation, or a policy's)."""
+        return self.alignment != "min" or bool(getattr(self.power_control, "silences", False))
+
     def gain(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """c_t and the eligible users for gains h [K]: :func:`alignment_gain`
+        """c_t and the eligible users for gains h [K]: the power-control policy's, or
+        :meth:`full_gain` without one."""
+        if self.power_control is not None:
+            return self.power_control.gain(self, h)
+        return self.full_gain(h)
+
+    def full_gain(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """c_t at full power and the eligible users for gains h [K]: :func:`alignment_gain`
         with the per-run factor precomputed."""
         return alignment_gain(h, self.power, self.clip, self.noise_var, self.dim, policy=self.alignment,
                               threshold=self.threshold, bound=h * self.bound_scale)

@@ -39,7 +39,7 @@ def registries() -> dict[str, Any]:
     :mod:`otafl.fl.strategies`, the accountants' registry), so a bad spec value is refused before
     torch loads; imported here, not at module level, so that the registries' modules may import
     this one."""
-    from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, SUPERPOSITIONS, UPDATE_SCALINGS
+    from otafl.fl.strategies import AGGREGATIONS, ALGORITHMS, MECHANISMS, POWER_CONTROLS, SUPERPOSITIONS, UPDATE_SCALINGS
     from otafl.names import (ACCESS_SCHEMES, ALIGNMENT_POLICIES, CSI_MODELS, DATASETS, DEVICES, ESTIMATORS,
                              FADING_MODELS, MODELS, OPTIMIZERS, SAMPLING_SCHEMES, SCHEDULES, SPLITS)
     from otafl.privacy.accountants.registry import ACCOUNTANTS
@@ -51,6 +51,7 @@ def registries() -> dict[str, Any]:
         "train.superposition": SUPERPOSITIONS, "train.optimizer": OPTIMIZERS, "train.device": DEVICES,
         "privacy.accountants": ACCOUNTANTS, "train.algorithm": ALGORITHMS, "digital.mechanism": MECHANISMS,
         "digital.access": ACCESS_SCHEMES, "transmit.update_scaling": UPDATE_SCALINGS, "channel.csi": CSI_MODELS,
+        "transmit.power_control": POWER_CONTROLS,
     }
 
 
@@ -84,6 +85,29 @@ def _validate_local_steps(spec: Spec, algorithms, scalings=None) -> None:
     if tr.scaffold_warm_start and tr.algorithm != "scaffold":
         raise OtaflInputError(f"train.scaffold_warm_start = true needs train.algorithm = 'scaffold' "
                               f"(found {tr.algorithm!r})")
+
+
+def _validate_power_control(spec: Spec, policies) -> None:
+    """``transmit.power_control`` and its keys (docs/model.md#power-control); the policy's own needs
+    come from its registry entry."""
+    tx, pv = spec.transmit, spec.privacy
+    _names("transmit.power_control", tx.power_control, policies)
+    for key in ("power_start", "power_end"):
+        check_range(f"transmit.{key}", getattr(tx, key), 0, 1, lo_open=True)
+    for v in tx.power_schedule:
+        check_range("transmit.power_schedule", v, 0, 1, lo_open=True)
+    if tx.power_schedule and len(tx.power_schedule) != spec.train.rounds:
+        raise OtaflInputError(f"transmit.power_schedule has {len(tx.power_schedule)} values; the allowed length is "
+                              f"train.rounds = {spec.train.rounds} (one per round)")
+    if pv.target_epsilon is not None:
+        if isinstance(pv.target_epsilon, str):
+            raise OtaflInputError(f"privacy.target_epsilon = {pv.target_epsilon!r} is outside the allowed range "
+                                  "(0, inf)")
+        check_range("privacy.target_epsilon", pv.target_epsilon, 0, None, lo_open=True)
+    for key in policies[tx.power_control].needs:
+        section, name = key.split(".")
+        if getattr(getattr(spec, section), name) is None:
+            raise OtaflInputError(f"{key} must be set when transmit.power_control = {tx.power_control!r}")
 
 
 def validate(spec: Spec) -> None:
@@ -131,6 +155,7 @@ def validate(spec: Spec) -> None:
         raise OtaflInputError("transmit.threshold must be set (a gain >= 0) when transmit.alignment = 'truncate'")
     if tx.threshold is not None:  # checked even where unused: nan and inf are never a threshold
         check_range("transmit.threshold", tx.threshold, 0, None, finite=True)
+    _validate_power_control(spec, names["transmit.power_control"])
     _names("sampling.scheme", s.scheme, names["sampling.scheme"])
     check_range("sampling.p", s.p, 0, 1, lo_open=True)
     check_range("sampling.h_th", s.h_th, 0, None, lo_open=True)

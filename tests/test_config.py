@@ -61,6 +61,8 @@ def test_every_registered_name_is_accepted_and_a_typo_lists_the_registry():
             extra = {"transmit": {"threshold": 0.5}} if where == "transmit.alignment" else {}
             extra = {**extra, "sampling": {"values": [0.5]}} if where == "sampling.schedule" else extra
             extra = {**extra, "train": {"algorithm": "fedavg"}} if where == "transmit.update_scaling" else extra
+            extra = {**extra, "transmit": {"threshold": 0.5}, "privacy": {"target_epsilon": 8.0}} \
+                if where == "transmit.power_control" else extra  # what privacy-budget and cotaf need
             extra = {**extra, "channel": {"pilot_snr_db": 20.0}} if (where, name) == ("channel.csi", "estimated") else extra
             spec = spec_from_mapping({**extra, section: {**extra.get(section, {}), key: value}})
             assert getattr(getattr(spec, section), key) == value

@@ -93,6 +93,10 @@ class OverTheAir(Aggregation):
     def channel_only(self, h, active):
         return channel_only(h, active, self.setup)
 
+    def summary(self, records):
+        policy = self.setup.power_control  # docs/model.md#power-control (None: full power)
+        return {**super().summary(records), **(policy.summary() if policy is not None else {})}
+
     def facts(self, agg, participation, *, sensitivity, step_facts, warm=False):
         return RoundFacts(participation_prob=participation.to(torch.float64).cpu(),
                           noise_var=self.setup.noise_var.to(torch.float64).cpu(), alignment_gain=agg.alignment_gain,

@@ -162,7 +162,8 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     c, eligible, transmitting, senders = state.gain, state.eligible, state.transmitting, state.senders
     d = grads.dim
     perfect = state.ratio is None
-    outages = 0 if setup.alignment == "min" and perfect else int((active & ~eligible).sum())  # silenced
+    silencing = setup.may_silence or not perfect  # truncation, a power-control policy or estimated CSI
+    outages = int((active & ~eligible).sum()) if silencing else 0  # silenced
     extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages, **_mismatch(state)}
     if senders.numel() == 0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
@@ -171,7 +172,7 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
                          extras=extras)
     eff = state.noise_var
     # which of the n computed gradients are sent (all of them unless the policy silences some)
-    keep = None if setup.alignment == "min" and perfect else eligible[active]
+    keep = eligible[active] if silencing else None
     factor = clip_factors(grads.norms, setup.clip)
     coef = factor if keep is None else factor * keep.to(factor.dtype)
     sent_norms = grads.norms * coef  # min(||g_k||, L) for the senders

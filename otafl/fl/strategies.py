@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-__all__ = ["AGGREGATIONS", "ALGORITHMS", "MECHANISMS", "SCALED_MECHANISMS", "SUPERPOSITIONS", "Strategy",
-           "UPDATE_SCALINGS"]
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "MECHANISMS", "POWER_CONTROLS", "SCALED_MECHANISMS", "SUPERPOSITIONS",
+           "Strategy", "UPDATE_SCALINGS"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Strategy:
     summary : one line for help texts.
     local : algorithms only, several local DP-SGD steps per round (model updates are sent).
     control_variates : algorithms only, SCAFFOLD's drift correction.
+    needs : power controls only, the spec keys that must be set (not None) for this entry.
     """
 
     name: str
@@ -32,6 +33,7 @@ class Strategy:
     summary: str
     local: bool = False
     control_variates: bool = False
+    needs: tuple[str, ...] = ()  # power controls only: the spec keys ("section.key") that must be set
 
     def load(self) -> type:
         """The implementing class (imported on first use)."""
@@ -60,6 +62,23 @@ ALGORITHMS: dict[str, Strategy] = {
     "scaffold": Strategy("scaffold", "otafl.fl.algorithms:LocalStepsAlgorithm",
                          "DP-SCAFFOLD: local steps with control variates (option II)", local=True,
                          control_variates=True),
+}
+
+#: Power-control policies by name (``transmit.power_control``; docs/model.md#power-control): how far
+#: below its alignment bound each round transmits (:class:`~otafl.fl.power.PowerControl`). Every one
+#: depends on public facts only (the channel gains, the spec's schedule and target), never on the data.
+POWER_CONTROLS: dict[str, Strategy] = {
+    "full": Strategy("full", "otafl.fl.power:FullPower",
+                     "full power: c_t is the alignment bound (the paper)"),
+    "privacy-budget": Strategy("privacy-budget", "otafl.fl.power:PrivacyBudget",
+                               "c_t lowered so that exact's central epsilon meets privacy.target_epsilon "
+                               "(Liu & Simeone 2021)", needs=("privacy.target_epsilon",)),
+    "cotaf": Strategy("cotaf", "otafl.fl.power:Cotaf",
+                      "COTAF's precoder: a fixed gain from the public update-norm bound, users below "
+                      "transmit.threshold silent (Sery et al. 2021)", needs=("transmit.threshold",)),
+    "schedule": Strategy("schedule", "otafl.fl.power:Schedule",
+                         "c_t = s_t times the alignment bound, s_t from transmit.power_schedule or a "
+                         "geometric ramp power_start -> power_end"),
 }
 
 UPDATE_SCALINGS = {

@@ -277,6 +277,8 @@ def run_text(summary: dict, accountants, out_dir) -> str:
         lines.append(f"  uplink: {fmt_sig(s['channel_uses_per_round'])} channel uses and "
                      f"{fmt_sig(s['energy_per_round'])} energy per round, {fmt_sig(s['outages_per_round'])} "
                      "outages per round")
+    if s.get("power_control_note"):  # docs/model.md#power-control
+        lines.append(f"  power control: {s['power_control_note']}")
     users = s.get("users")
     for name in list(accountants) + [a for a in ("steps", "steps-sumdom", "digital") if a not in accountants]:
         if f"{name}_epsilon_central" in s:
