@@ -239,8 +239,8 @@ CSI_REFUSED_ACCOUNTANTS = ("steps", "steps-sumdom", "digital")
 
 def _validate_csi(spec: Spec, models) -> None:
     """``channel.csi`` and its error level: exactly one of ``pilot_snr_db`` or ``csi_error_var``
-    with ``estimated``, neither with ``perfect``; estimated CSI only over the air, accounted by
-    ``exact``, ``tight`` or ``paper``."""
+    with ``estimated``, neither with ``perfect``; estimated CSI only over the air with FedSGD,
+    accounted by ``exact``, ``tight`` or ``paper``."""
     c = spec.channel
     _names("channel.csi", c.csi, models)
     if c.csi_error_var is not None:
@@ -258,6 +258,9 @@ def _validate_csi(spec: Spec, models) -> None:
     if spec.train.aggregation != "ota":
         raise OtaflInputError(f"channel.csi = 'estimated' needs train.aggregation = 'ota' "
                               f"(found {spec.train.aggregation!r}: no alignment to estimate)")
+    if spec.train.algorithm != "fedsgd":  # local steps are accounted by `steps`, which does not read the mismatch
+        raise OtaflInputError(f"channel.csi = 'estimated' needs train.algorithm = 'fedsgd' (found "
+                              f"{spec.train.algorithm!r}: its steps accountant does not read the gain mismatch)")
     refused = [a for a in as_list(spec.privacy.accountants) if a in CSI_REFUSED_ACCOUNTANTS]
     if refused:
         raise OtaflInputError(f"privacy.accountants = {refused!r} is outside the allowed range for channel.csi = "

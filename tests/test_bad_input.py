@@ -74,6 +74,8 @@ BAD = [
      "channel.pilot_snr_db"),
     (["run", "spec.toml", "--set", "channel.csi='estimated'", "--set", "channel.pilot_snr_db=20",
       "--set", "train.aggregation='ideal'"], "needs train.aggregation = 'ota'"),
+    (["run", "spec.toml", "--set", "channel.csi='estimated'", "--set", "channel.pilot_snr_db=20",
+      "--set", "train.algorithm='fedavg'"], "needs train.algorithm = 'fedsgd'"),
     (["run", "spec.toml", "--set", "nodot"], "section.key"),
     (["run", "missing.toml"], "does not exist"),
     (["run", "broken.toml"], "malformed TOML"),

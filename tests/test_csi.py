@@ -191,6 +191,26 @@ def test_the_dominating_round_scales_the_gain_by_r_max_and_the_noise_by_kappa():
     assert target_frame(plain, scale_own=True) is plain
 
 
+def test_every_exact_entry_point_reads_the_mismatch():
+    """The run's totals, the per-round epsilons and compose_exact (the public API) all key a
+    mismatched round as the perfect-CSI round that dominates it (review: the last two once
+    returned the perfect-CSI numbers, 3.10 against 12.15 per round)."""
+    from otafl.privacy.accountants import compose_exact
+    from otafl.privacy.accountants.exact_run import exact_round_epsilons
+
+    def facts(lo, hi):
+        return RoundFacts(participation_prob=torch.full((20,), 0.5, dtype=F64), noise_var=torch.full((20,), 0.1, dtype=F64),
+                          alignment_gain=1.0, n0=1.0, sensitivity=2.0, dim=1, participants=0, csi_ratio_min=lo,
+                          csi_ratio_max=hi)
+
+    mismatched, perfect = facts(0.5, 2.0), facts(1.0, 1.0)
+    run = account_run([mismatched], accountants=["exact"], delta_l=1e-5)["exact"].epsilon_central_per_round[0]
+    per_round = float(exact_round_epsilons([mismatched], delta_l=1e-5, kind="central")[0])
+    assert per_round == pytest.approx(float(run), rel=1e-9)
+    assert per_round > 2 * float(exact_round_epsilons([perfect], delta_l=1e-5, kind="central")[0])
+    total = compose_exact([mismatched] * 10, delta_target=1e-4)["epsilon"]
+    assert total > 2 * compose_exact([perfect] * 10, delta_target=1e-4)["epsilon"]
+
 def test_accountants_that_do_not_read_the_mismatch_are_refused():
     f = RoundFacts(participation_prob=torch.full((3,), 0.5, dtype=F64), noise_var=torch.full((3,), 0.2, dtype=F64),
                    alignment_gain=1.5, n0=1.0, sensitivity=2.0, dim=4, participants=0, csi_ratio_min=0.9,

@@ -93,7 +93,7 @@ class KnownGains:
         """h_hat_t for the round whose gains are ``h``: the row of the run's gains that ``h`` is (a
         view), else the one row equal to it; OtaflInputError when neither identifies the round."""
         H = self.gains
-        if (h.dim() == 1 and h.device == H.device and h.dtype == H.dtype and h.numel() == H.shape[1]
+        if (h.dim() == 1 and H.stride(0) != 0 and h.device == H.device and h.dtype == H.dtype and h.numel() == H.shape[1]
                 and h.untyped_storage().data_ptr() == H.untyped_storage().data_ptr()):
             t, rest = divmod(h.storage_offset() - H.storage_offset(), H.stride(0))
             if rest == 0 and 0 <= t < H.shape[0] and h.stride(0) == H.stride(1):

@@ -40,7 +40,7 @@ from otafl.privacy.accountants.steps_run import account_steps
 from otafl.privacy.accountants.digital_run import account_digital_run
 from otafl.privacy.analysis.composition import COMPOSITIONS, compose_best
 from otafl.privacy.analysis.concentration import AutoShare
-from otafl.privacy.csi import exact_keys, has_mismatch, refuse_unless_supported, target_frame
+from otafl.privacy.csi import has_mismatch, refuse_unless_supported, target_frame
 from otafl.privacy.facts import RoundFacts, stack_facts
 
 __all__ = [
@@ -332,11 +332,7 @@ def exact_total(facts: Sequence[RoundFacts], kind: str, *, delta_l: float, delta
     else:
         delta_t = torch.stack([torch.as_tensor(f.participation_prob, dtype=torch.float64).amax() for f in facts]
                               ) * delta_l
-    if has_mismatch(facts):  # estimated CSI: the dominating rows of every target's frame (docs/privacy/csi.md#csi)
-        keys = exact_keys(run_row_keys([target_frame(f, scale_own=False) for f in facts], kind, resolution),
-                          facts, kind)
-    else:
-        keys = run_row_keys(facts, kind, resolution)
+    keys = run_row_keys(facts, kind, resolution)  # estimated CSI: the dominating rows (docs/privacy/csi.md#csi)
     row_eps = row_epsilons([k for ks in keys for k in ks], delta_l)
     eps = torch.tensor([max((row_eps[k] for k in ks), default=0.0) for ks in keys], dtype=torch.float64)
     delta_basic = float(delta_t.sum().clamp(max=1.0))
