@@ -27,6 +27,7 @@ import math
 import torch
 from torch import Tensor
 
+from otafl.channel.fading import run_row
 from otafl.errors import OtaflInputError, check_range
 
 __all__ = ["CSI_MODELS", "EstimatedCSI", "KnownGains", "PerfectCSI", "make_csi"]
@@ -93,11 +94,9 @@ class KnownGains:
         """h_hat_t for the round whose gains are ``h``: the row of the run's gains that ``h`` is (a
         view), else the one row equal to it; OtaflInputError when neither identifies the round."""
         H = self.gains
-        if (h.dim() == 1 and H.stride(0) != 0 and h.device == H.device and h.dtype == H.dtype and h.numel() == H.shape[1]
-                and h.untyped_storage().data_ptr() == H.untyped_storage().data_ptr()):
-            t, rest = divmod(h.storage_offset() - H.storage_offset(), H.stride(0))
-            if rest == 0 and 0 <= t < H.shape[0] and h.stride(0) == H.stride(1):
-                return self.estimates[t]
+        t = run_row(h, H)
+        if t is not None:
+            return self.estimates[t]
         same = (H == h.to(H.device, H.dtype)).all(-1).nonzero().view(-1)
         if same.numel() == 1:
             return self.estimates[int(same)]

@@ -36,6 +36,7 @@ __all__ = [
     "StaticFading",
     "FADING_MODELS",
     "make_fading",
+    "run_row",
 ]
 
 
@@ -218,3 +219,17 @@ def make_fading(name: str, *, rician_k: float = 0.0, rho: float = 0.0) -> ARRici
     if cls is StaticFading:
         return cls(rician_k=G)
     return cls(rician_k=G, rho=r)
+
+
+def run_row(h: Tensor, H: Tensor) -> int | None:
+    """The round t whose row ``H[t]`` of a run's gains H [T, K] the gains ``h`` [K] are (a view
+    of the same storage, as the loop and ``audit-run`` pass them), or None when ``h`` is no such
+    view (a copy, a clone, another tensor). Used where a per-run plan must find its round without
+    the loop passing t (estimated CSI's :class:`~otafl.channel.csi.KnownGains`, the power-control
+    policies of :mod:`otafl.fl.power`)."""
+    if not (h.dim() == 1 and H.dim() == 2 and H.stride(0) > 0 and h.device == H.device and h.dtype == H.dtype
+            and h.numel() == H.shape[1] and h.stride(0) == H.stride(1)
+            and h.untyped_storage().data_ptr() == H.untyped_storage().data_ptr()):
+        return None
+    t, rest = divmod(h.storage_offset() - H.storage_offset(), H.stride(0))
+    return t if rest == 0 and 0 <= t < H.shape[0] else None

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from otafl.channel.fading import run_row
 from otafl.errors import OtaflInputError
 from otafl.transmit import ChannelSetup
 
@@ -73,13 +74,9 @@ class PowerControl:
     def round_of(self, h: Tensor) -> int:
         """Which round of the run's h [T, K] the gains ``h`` are (the loop and ``audit-run`` pass the
         row ``h[t]`` itself, a view of the run's tensor: its storage offset names t)."""
-        H = self.h
-        same = (h.device == H.device and h.untyped_storage().data_ptr() == H.untyped_storage().data_ptr()
-                and h.dim() == 1 and h.stride(0) == H.stride(1) and H.stride(0) > 0)
-        if same:
-            t, r = divmod(h.storage_offset() - H.storage_offset(), H.stride(0))
-            if r == 0 and 0 <= t < H.shape[0]:
-                return int(t)
+        t = run_row(h, self.h)
+        if t is not None:
+            return t
         raise OtaflInputError(f"transmit.power_control = {self.spec.transmit.power_control!r} needs the run's own "
                               "channel rows h[t] (a row of the planned channel, not a copy)")
 
