@@ -171,11 +171,12 @@ def account_run(facts: list[RoundFacts], *, accountants: Sequence[str], delta_l:
     if delta_target is not None:
         check_range("delta_target", delta_target, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     refuse_unless_supported(facts, accountants)  # estimated CSI: only exact, tight, paper read the mismatch
-    x = stack_facts(facts)
     x_own = None
     if has_mismatch(facts):  # tight, paper: the perfect-CSI round that dominates each (docs/privacy/csi.md#csi)
         x_own = stack_facts([target_frame(f, scale_own=False) for f in facts])  # LDP: the own noise as it is
         x = stack_facts([target_frame(f, scale_own=True) for f in facts])  # central: the others' noise times kappa
+    else:
+        x = stack_facts(facts)
     results: dict[str, AccountantResult] = {}
     share = split_share(delta_prime, delta_target, len(facts))
     for name in accountants:

@@ -367,9 +367,10 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
         pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
         pos = lower_convex_envelope(np.exp(e_np), pos)
         neg = 1.0 - np.exp(-e_np) + np.exp(-e_np) * pos  # delta(-eps_i)
-        # Rounding in the lines above can break monotonicity by an ulp; a running minimum of
-        # upper bounds on a non-increasing profile is still an upper bound on it.
-        deltas = np.clip(np.minimum.accumulate(np.concatenate([neg[::-1], pos[1:]])), 0.0, 1.0)
+        # Rounding in the lines above can break monotonicity or [0, 1] by an ulp: connect_dots_pmf
+        # takes the running minimum (of upper bounds on a non-increasing profile: still an upper
+        # bound on it), and the clip keeps a denormal below 0 out.
+        deltas = np.clip(np.concatenate([neg[::-1], pos[1:]]), 0.0, 1.0)
         return PrivacyLossDistribution(connect_dots_pmf(gap, points, deltas))
 
     total = compose_dense_counted((round_pld(pos), count) for pos, count in profiles)

@@ -119,53 +119,43 @@ def compose_dense_counted(plds, tail: float = 1e-15):
     return PrivacyLossDistribution(level[0]) if level else None
 
 
-def _trim(pmf, tail: float):
-    """A dense pmf with its longest prefix and suffix of mass at most ``tail / 2`` each cut
-    as :func:`_compose_dense` cuts a composition's (the prefix's mass onto the first kept
-    loss, the suffix's onto the infinite loss: pessimistic). A quiet round's PLD on the
-    run's common grid is mostly such tails (exact zeros above its reach, masses ~e^-loss
-    below), so its self-composition's FFT shrinks with it."""
+def _cut(probs, discretization: float, lower_loss: int, infinity_mass: float, tail: float, pessimistic: bool):
+    """The dense pmf of ``probs`` (losses from ``lower_loss`` times ``discretization``) with its
+    longest prefix and suffix of mass at most ``tail / 2`` each cut, the prefix's mass added to
+    the first kept loss and the suffix's to the infinite loss: dp_accounting's pessimistic
+    truncation, with the cut points found by cumulative sums instead of its Python loop."""
     import numpy as np
     from dp_accounting.pld.pld_pmf import DensePLDPmf
 
-    probs = pmf._probs  # noqa: SLF001
     half = tail / 2
-    over = np.cumsum(probs) > half
-    left = int(over.argmax()) if over.any() else len(probs)
-    over = np.cumsum(probs[::-1]) > half
-    right = len(probs) - (int(over.argmax()) if over.any() else len(probs))
-    right = max(right, left + 1)
-    if left == 0 and right == len(probs):
-        return pmf
-    kept = probs[left:right].copy()
-    kept[0] += float(np.sum(probs[:left]))
-    return DensePLDPmf(pmf._discretization, pmf._lower_loss + left, kept,  # noqa: SLF001
-                       pmf._infinity_mass + float(np.sum(probs[right:])), pmf._pessimistic_estimate)  # noqa: SLF001
 
-
-def _compose_dense(a, b, tail: float):
-    """``DensePLDPmf.compose`` (FFT convolution; the largest prefix and suffix of mass at most
-    ``tail / 2`` each cut, the prefix's mass added to the first kept point and the suffix's
-    to the infinite loss, as dp_accounting's pessimistic truncation) with the cut points
-    found by cumulative sums instead of its Python loop."""
-    import numpy as np
-    from dp_accounting.pld.pld_pmf import DensePLDPmf
-    from scipy import signal
-
-    probs = signal.fftconvolve(a._probs, b._probs)  # noqa: SLF001
-    inf_mass = a._infinity_mass + b._infinity_mass - a._infinity_mass * b._infinity_mass  # noqa: SLF001
-    half = tail / 2
     def prefix(arr):  # the first index whose prefix sum exceeds half (len(arr) if none)
         over = np.cumsum(arr) > half
         return int(over.argmax()) if over.any() else len(arr)
 
     left, right = prefix(probs), len(probs) - prefix(probs[::-1])
     right = max(right, left + 1)
-    left_mass, right_mass = float(np.sum(probs[:left])), float(np.sum(probs[right:]))
     kept = probs[left:right].copy()
-    kept[0] += left_mass
+    kept[0] += float(np.sum(probs[:left]))
+    return DensePLDPmf(discretization, lower_loss + left, kept, infinity_mass + float(np.sum(probs[right:])),
+                       pessimistic)
+
+
+def _trim(pmf, tail: float):
+    """A dense pmf with its tails cut as :func:`_compose_dense` cuts a composition's
+    (:func:`_cut`: pessimistic). A quiet round's PLD on the run's common grid is mostly such
+    tails (exact zeros above its reach, masses ~e^-loss below), so its self-composition's FFT
+    shrinks with it."""
+    return _cut(pmf._probs, pmf._discretization, pmf._lower_loss, pmf._infinity_mass, tail,  # noqa: SLF001
+                pmf._pessimistic_estimate)  # noqa: SLF001
+
+
+def _compose_dense(a, b, tail: float):
+    """``DensePLDPmf.compose`` (FFT convolution) with its tails cut as dp_accounting's
+    pessimistic truncation does (:func:`_cut`)."""
+    from scipy import signal
+
     assert a._pessimistic_estimate and b._pessimistic_estimate  # noqa: SLF001 (connect-the-dots, pessimistic)
-    return DensePLDPmf(a._discretization, a._lower_loss + b._lower_loss + left, kept,  # noqa: SLF001
-                       inf_mass + right_mass, True)
-
-
+    probs = signal.fftconvolve(a._probs, b._probs)  # noqa: SLF001
+    inf_mass = a._infinity_mass + b._infinity_mass - a._infinity_mass * b._infinity_mass  # noqa: SLF001
+    return _cut(probs, a._discretization, a._lower_loss + b._lower_loss, inf_mass, tail, True)  # noqa: SLF001
