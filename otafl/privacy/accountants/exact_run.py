@@ -366,11 +366,12 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     the total below the floor's total). Where the floor's total is within a relative
     ``slack`` of eq. (5)'s, eq. (5)'s total is stated (an upper bound either way; about
     ``slack`` looser than with eq. (1), not guaranteed: the floor lowers only the rows the
-    probe picks, and a two-noise-group run measured +0.48 %); otherwise eq. (1) enters the rows where its floor is below eq. (5), at every
-    ``others_stride``-th of a row's points (chords in e^eps between) and only where its
-    probe says it helps (:func:`~otafl.privacy.analysis.pld.round_profile`), with the s
-    cells of ``grid`` (:data:`PROFILE_GRID`: coarser than the per-round epsilons', nested
-    in them, so never lower).
+    probe picks, and a two-noise-group run measured +0.48 %); otherwise eq. (1) enters the
+    rows where its floor is below eq. (5), at every ``others_stride``-th of a row's points
+    (chords in e^eps between) and only where its probe says it helps
+    (:func:`~otafl.privacy.analysis.pld.round_profile`), with the s cells of ``grid``
+    (:data:`PROFILE_GRID`: coarser than the per-round epsilons', nested in them, so never
+    lower).
 
     Returns
     -------
