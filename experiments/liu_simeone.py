@@ -13,6 +13,7 @@ from pathlib import Path
 
 from otafl.api.liu_simeone import closed_form_rows
 from otafl.config import load_spec
+from otafl.privacy.units import units_note
 
 SPEC = Path(__file__).resolve().parent / "liu-simeone.toml"
 
@@ -36,6 +37,8 @@ def main() -> None:
               f"{r['closed_form']:15.3g}  {r['gaussian']:12.3g}  {r['ratio']:12.2f}  {need:>23}")
     print("closed form: a bound here (x_t = N0 / c_t^2 + min sigma_k^2 leaves the other users' noise out); "
           "Gaussian: the composed rounds' own epsilon (all users in, no artificial noise)")
+    print(f"every eps: central, over the T rounds, at delta = {pv.delta_total:g}; "
+          + units_note({"exact, closed form, Gaussian": "user"}))
 
 
 if __name__ == "__main__":
