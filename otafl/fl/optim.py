@@ -14,21 +14,62 @@ from torch import Tensor
 from otafl.errors import OtaflInputError
 
 
-def _adam(params, *, lr: float) -> torch.optim.Optimizer:
-    """Adam, fused (one kernel per step)."""
-    return torch.optim.Adam(params, lr=lr, fused=True)
+class _Adam:
+    """Adam, fused (one kernel per step): torch's own ``torch.optim.adam.adam`` kernel on state
+    kept here, bit for bit ``torch.optim.Adam(params, lr=lr, fused=True)``
+    (tests/test_optim.py).
+
+    Not the ``torch.optim.Adam`` class: its ``__init__`` and ``step`` import ``torch._dynamo``
+    (torch.compile's machinery, 1-3 s on a 2-core machine) in every process that trains, and
+    nothing here compiles."""
+
+    def __init__(self, params, *, lr: float) -> None:
+        self.params = list(params)
+        self.lr = lr
+        self.exp_avgs = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p) for p in self.params]
+        # the fused kernel keeps (and increments) its step counters as float32 tensors on the
+        # parameters' device, as torch.optim.Adam's fused state does
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        from torch.optim.adam import adam
+
+        adam(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [], self.steps,
+             fused=True, amsgrad=False, beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=0.0, eps=1e-8,
+             maximize=False)
 
 
-def _sgd(params, *, lr: float) -> torch.optim.Optimizer:
+class _SGD:
+    """Plain gradient descent w <- w - lr g_hat: ``torch.optim.SGD(params, lr=lr)``'s update
+    (``param.add_(grad, alpha=-lr)``), without its ``torch._dynamo`` import (see :class:`_Adam`)."""
+
+    def __init__(self, params, *, lr: float) -> None:
+        self.params = list(params)
+        self.lr = lr
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p in self.params:
+            p.add_(p.grad, alpha=-self.lr)
+
+
+def _adam(params, *, lr: float) -> _Adam:
+    """Adam, fused (one kernel per step), torch's defaults (betas 0.9 / 0.999, eps 1e-8)."""
+    return _Adam(params, lr=lr)
+
+
+def _sgd(params, *, lr: float) -> _SGD:
     """Plain gradient descent w <- w - lr g_hat."""
-    return torch.optim.SGD(params, lr=lr)
+    return _SGD(params, lr=lr)
 
 
 #: Server optimizers by name (``train.optimizer``): ``fn(params, *, lr) -> Optimizer``.
 from otafl.names import OPTIMIZERS  # noqa: E402 (the names, torch-free; entries resolve here)
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, lr: float):
     """The registered server optimizer ``name`` over ``params``."""
     if name not in OPTIMIZERS:
         raise OtaflInputError(f"train.optimizer = {name!r} is not one of: {', '.join(sorted(OPTIMIZERS))}")
