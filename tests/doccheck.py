@@ -30,6 +30,12 @@ writes into the checkout; one torch thread (``OTAFL_THREADS=1``), ``MPLBACKEND=A
 ``--update`` the figures the commands wrote into the scratch ``figures/`` are copied into the
 repository's ``figures/``: a page's figures are regenerated with its numbers.
 
+A command is run once per check for each state of the scratch folder it starts in: the README
+and docs/getting-started.md both open with the quickstart run in an empty scratch folder, so the
+second page gets the first one's exit code, output and written files (:func:`_memo_run`; the
+commands are deterministic, their timings quoted as ``...``) and both pages' quotes are compared
+with that one run.
+
 A ``console {.norun}`` block is shown and never run; nothing may be quoted under its commands.
 Such blocks, and only they, hold the commands the check cannot run, each for a reason the page
 states beside it: installing (``pip install``: it changes the environment and needs a package
@@ -281,6 +287,49 @@ def run(command: str, cwd: Path, timeout: float = 3600.0) -> tuple[int, list[str
     return proc.returncode, stdout.splitlines() + said
 
 
+_MEMO: dict[tuple[str, str], tuple[int, list[str], dict[str, bytes | None]]] = {}
+_MEMO_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+
+
+def _state(cwd: Path) -> dict[str, bytes]:
+    """The files the commands of a page wrote so far: every file of the scratch folder but the
+    linked repository folders."""
+    found = {}
+    for top, dirs, files in os.walk(cwd):  # links are not followed
+        dirs[:] = [d for d in dirs if not (Path(top) / d).is_symlink()]
+        for name in files:
+            f = Path(top) / name
+            if not f.is_symlink():
+                found[str(f.relative_to(cwd))] = f.read_bytes()
+    return found
+
+
+def _memo_run(command: str, cwd: Path) -> tuple[int, list[str]]:
+    """:func:`run`, once per (command, scratch state): a page whose command meets a scratch folder
+    in a state an earlier page's same command met (both empty, say) takes that run's exit code
+    and output, and the files it wrote or removed are written or removed here too."""
+    before = _state(cwd)
+    key = (command, repr(sorted((k, hash(v)) for k, v in before.items())))
+    with _LOCK:
+        lock = _MEMO_LOCKS.setdefault(key, threading.Lock())
+    with lock:  # a page that meets a running key waits for its result
+        if key in _MEMO:
+            code, actual, changes = _MEMO[key]
+            for rel, data in changes.items():
+                if data is None:
+                    (cwd / rel).unlink(missing_ok=True)
+                else:
+                    (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (cwd / rel).write_bytes(data)
+            return code, list(actual)
+        code, actual = run(command, cwd)
+        after = _state(cwd)
+        changes = {k: v for k, v in after.items() if before.get(k) != v}
+        changes.update({k: None for k in before if k not in after})
+        _MEMO[key] = (code, list(actual), changes)
+        return code, actual
+
+
 def check(paths: list[Path], *, slow: bool = False, update: bool = False, log=print, select: str | None = None,
           jobs: int = 1, times: bool = False) -> list[str]:
     """Run the blocks of ``paths``; the mismatches as messages (``update``: rewrite them, and copy
@@ -317,7 +366,7 @@ def _check_page(path: Path, *, slow: bool, update: bool, log, select: str | None
         for block in found:
             for cmd in block.commands:
                 t0 = time.perf_counter()
-                code, actual = run(cmd.text, cwd)
+                code, actual = _memo_run(cmd.text, cwd)
                 where = f"{rel}:{cmd.lines[0]}"
                 if times:
                     log(f"{time.perf_counter() - t0:8.1f} s  {where}: {cmd.text.splitlines()[0][:100]}")
