@@ -200,7 +200,8 @@ class PrivacyBudget(PowerControl):
         self.target = float(spec.privacy.target_epsilon)
         # each round at full power as the round will meet it (otafl.fl.round): its bound b_t, the users
         # who may transmit and, with estimated CSI, the extremes of r = h / h_hat the accountants read
-        states = [_channel_state(h[t], torch.ones_like(h[t], dtype=torch.bool), setup) for t in range(int(h.shape[0]))]
+        full = dataclasses.replace(setup, power_control=None)
+        states = [_channel_state(h[t], torch.ones_like(h[t], dtype=torch.bool), full) for t in range(int(h.shape[0]))]
         self.bounds = [s.gain for s in states]
         self.p_eff = [(p[t] * s.eligible.to(p.dtype)).to(torch.float64).cpu() for t, s in enumerate(states)]
         self.mismatch = [_mismatch(s) for s in states]  # {} with perfect CSI
