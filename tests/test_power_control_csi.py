@@ -100,3 +100,12 @@ def audit_run_checked(spec, audit) -> dict:
         assert row["epsilon_lower_threshold"] <= row["epsilon"], (name, row)
         assert not row["exceeded"], (name, row)
     return result
+
+
+def test_liu_simeones_closed_form_refuses_estimated_csi_in_one_line():
+    from otafl.api.liu_simeone import closed_form_rows
+    from otafl.errors import OtaflInputError
+
+    spec = load_spec("experiments/liu-simeone.toml", overrides=PILOT)
+    with pytest.raises(OtaflInputError, match=r"channel.csi = 'estimated' is outside the allowed range \{'perfect'\}"):
+        closed_form_rows(spec)
