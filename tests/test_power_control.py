@@ -183,11 +183,3 @@ def test_the_run_report_names_the_plan_only_when_a_policy_is_set():
     sched = run_experiment(spec_from_mapping(small(transmit={"power_control": "schedule", "power_start": 0.5},
                                                    privacy={"accountants": []})), train=False)
     assert "  power control: schedule: c_t from 0.5 to 1 times the alignment bound" in run_text(sched.summary, [], "out")
-
-
-def test_a_policy_with_estimated_csi_is_refused_in_one_line():
-    from otafl.errors import OtaflInputError
-
-    body = small(transmit={"power_control": "schedule"}, channel={"csi": "estimated", "pilot_snr_db": 20.0})
-    with pytest.raises(OtaflInputError, match="needs channel.csi = 'perfect'"):
-        build_channel(spec_from_mapping(body), dim=10)

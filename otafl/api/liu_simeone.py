@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from otafl.config import Spec
+from otafl.errors import OtaflInputError
 from otafl.privacy.accountants.run import exact_total
 from otafl.privacy.analysis.gaussian import analytic_gaussian_epsilon
 from otafl.privacy.analysis.liu_simeone import closed_form_budget, closed_form_epsilon
@@ -32,6 +33,9 @@ LIU_SIMEONE_DIM = 10
 def _rounds(spec: Spec, dim: int) -> tuple[list[RoundFacts], list[float], Any]:
     plan = build_channel(spec, dim=dim)
     setup, facts, gains = plan.setup, [], []
+    if setup.csi is not None:  # the rows below align to h and carry no gain mismatch
+        raise OtaflInputError(f"channel.csi = {spec.channel.csi!r} is outside the allowed range {{'perfect'}} for "
+                              "Liu & Simeone's closed form (it reads perfect-CSI rounds)")
     for t in range(spec.train.rounds):
         c, eligible = setup.gain(plan.h[t])
         gains.append(float(c))

@@ -83,25 +83,40 @@ def make_csi(channel) -> PerfectCSI | EstimatedCSI:
 
 class KnownGains:
     """The known gains h_hat [T, K] of a run, found for a round by its gains h [K] (a row of the
-    run's h [T, K]: the loop and ``audit-run`` pass ``plan.h[t]``)."""
+    run's h [T, K]: the loop and ``audit-run`` pass ``plan.h[t]``).
+
+    ``finite`` and ``usable`` [T, K] are :func:`usable_gains` of the estimates, computed once, so
+    that :meth:`rows` hands a round views of them: a power-control policy that plans per round
+    finds its round from the ``finite`` row it is given (:meth:`otafl.fl.power.PowerControl.round_of`)."""
 
     def __init__(self, gains: Tensor, estimates: Tensor):
         if gains.shape != estimates.shape or gains.dim() != 2:
             raise OtaflInputError(f"estimates have shape {tuple(estimates.shape)}; expected {tuple(gains.shape)}")
         self.gains, self.estimates = gains, estimates.to(gains.device)
+        self.finite, self.usable = usable_gains(self.estimates)
 
-    def __call__(self, h: Tensor) -> Tensor:
-        """h_hat_t for the round whose gains are ``h``: the row of the run's gains that ``h`` is (a
-        view), else the one row equal to it; OtaflInputError when neither identifies the round."""
+    def row(self, h: Tensor) -> int:
+        """The round t whose gains are ``h``: the row of the run's gains that ``h`` is (a view),
+        else the one row equal to it; OtaflInputError when neither identifies the round."""
         H = self.gains
         t = run_row(h, H)
         if t is not None:
-            return self.estimates[t]
+            return t
         same = (H == h.to(H.device, H.dtype)).all(-1).nonzero().view(-1)
         if same.numel() == 1:
-            return self.estimates[int(same)]
+            return int(same)
         raise OtaflInputError("channel.csi = 'estimated': a round's gains must be a row of the run's channel "
                               f"(found {same.numel()} matching rounds)")
+
+    def __call__(self, h: Tensor) -> Tensor:
+        """h_hat_t for the round whose gains are ``h`` (:meth:`row`)."""
+        return self.estimates[self.row(h)]
+
+    def rows(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(h_hat_t, finite_t, usable_t) for the round whose gains are ``h``: views of the run's
+        [T, K] tensors (:func:`usable_gains`)."""
+        t = self.row(h)
+        return self.estimates[t], self.finite[t], self.usable[t]
 
 
 def usable_gains(known: Tensor) -> tuple[Tensor, Tensor]:

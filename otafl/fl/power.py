@@ -32,6 +32,7 @@ from torch import Tensor
 
 from otafl.channel.fading import run_row
 from otafl.errors import OtaflInputError
+from otafl.fl.round import _channel_state, _mismatch  # the round's own channel side, so the plan is the run's
 from otafl.transmit import ChannelSetup
 
 if TYPE_CHECKING:
@@ -45,7 +46,11 @@ class PowerControl:
 
     silences : the policy may leave active users ineligible (the round's outages).
     changes_gain : the policy moves c_t off the alignment bound, so it needs the ``ota`` aggregation (the
-        others never ask for c_t) and perfect CSI (a plan on estimated gains is not implemented).
+        others never ask for c_t).
+
+    With estimated CSI (``setup.csi``) the round hands :meth:`gain` the known gains h_hat_t (users
+    with h_hat <= 0 at +inf, a row of :attr:`~otafl.channel.csi.KnownGains.finite`), not h_t: every
+    policy then aligns to what the server knows, and :meth:`round_of` finds the round from either.
     """
 
     silences = False
@@ -53,12 +58,10 @@ class PowerControl:
 
     def __init__(self, spec: Spec, setup: ChannelSetup, h: Tensor, p: Tensor):
         self.spec, self.h, self.p = spec, h, p
+        self.csi = getattr(setup, "csi", None)  # KnownGains (estimated CSI) or None
         if self.changes_gain and spec.train.aggregation != "ota":
             raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs train.aggregation "
                                   f"= 'ota' (found {spec.train.aggregation!r}, which has no alignment gain)")
-        if self.changes_gain and getattr(setup, "csi", None) is not None:
-            raise OtaflInputError(f"transmit.power_control = {spec.transmit.power_control!r} needs channel.csi = "
-                                  "'perfect' (a policy planned on estimated gains is not implemented yet)")
 
     def attach(self, setup: ChannelSetup) -> ChannelSetup:
         """The run's setup with this policy deciding c_t."""
@@ -73,8 +76,11 @@ class PowerControl:
 
     def round_of(self, h: Tensor) -> int:
         """Which round of the run's h [T, K] the gains ``h`` are (the loop and ``audit-run`` pass the
-        row ``h[t]`` itself, a view of the run's tensor: its storage offset names t)."""
+        row ``h[t]`` itself, a view of the run's tensor: its storage offset names t; with estimated CSI
+        the round passes the row ``finite[t]`` of its :class:`~otafl.channel.csi.KnownGains`)."""
         t = run_row(h, self.h)
+        if t is None and self.csi is not None:
+            t = run_row(h, self.csi.finite)
         if t is not None:
             return t
         raise OtaflInputError(f"transmit.power_control = {self.spec.transmit.power_control!r} needs the run's own "
@@ -174,6 +180,13 @@ class PrivacyBudget(PowerControl):
     and T: public facts, never the data. It is clairvoyant in the channel (it knows every round's bound
     before the first); when no bound falls below c* (the usual case, and the quickstart's), c* depends
     on the participation law, the noise and T only.
+
+    With estimated CSI the plan composes the rounds the accountants will compose: each round's bound
+    from the known gains h_hat_t, its eligible users, and its gain-mismatch extremes r_min, r_max
+    (r = h / h_hat over the users who may transmit), which ``exact`` turns into a dominating round
+    with gain c_t r_max and the others' noise times (r_min / r_max)^2 (:mod:`otafl.privacy.csi`). So
+    exact's total still meets the target. Like the accountants, the plan reads the realised r (it is
+    clairvoyant in the estimation error as in h): data-independent, so c_t still reveals no gradient.
     """
 
     TOLERANCE = 0.005  # the total lands in [target (1 - TOLERANCE), target] (up to the grid's steps)
@@ -185,10 +198,13 @@ class PrivacyBudget(PowerControl):
             raise OtaflInputError(f"transmit.power_control = 'privacy-budget' needs train.algorithm = 'fedsgd' and "
                                   f"train.aggregation = 'ota' (found {tr.algorithm!r}, {tr.aggregation!r})")
         self.target = float(spec.privacy.target_epsilon)
-        T = int(h.shape[0])
-        gains = [setup.full_gain(h[t]) for t in range(T)]
-        self.bounds = [float(c) for c, _ in gains]
-        self.p_eff = [(p[t] * e.to(p.dtype)).to(torch.float64).cpu() for t, (_, e) in enumerate(gains)]
+        # each round at full power as the round will meet it (otafl.fl.round): its bound b_t, the users
+        # who may transmit and, with estimated CSI, the extremes of r = h / h_hat the accountants read
+        full = dataclasses.replace(setup, power_control=None)
+        states = [_channel_state(h[t], torch.ones_like(h[t], dtype=torch.bool), full) for t in range(int(h.shape[0]))]
+        self.bounds = [s.gain for s in states]
+        self.p_eff = [(p[t] * s.eligible.to(p.dtype)).to(torch.float64).cpu() for t, s in enumerate(states)]
+        self.mismatch = [_mismatch(s) for s in states]  # {} with perfect CSI
         self.cap, self.added = math.inf, 0.0
         if setup.n0 > 0:
             self.cap = self._solve_cap(setup)
@@ -203,8 +219,8 @@ class PrivacyBudget(PowerControl):
         s2 = noise_var.to(torch.float64).cpu()
         bounds = self.bounds if bounds is None else bounds
         return [RoundFacts(participation_prob=pe, noise_var=s2, alignment_gain=min(b, cap), n0=setup.n0,
-                           sensitivity=2.0 * setup.clip, dim=setup.dim, participants=0)
-                for pe, b in zip(self.p_eff, bounds)]
+                           sensitivity=2.0 * setup.clip, dim=setup.dim, participants=0, **m)
+                for pe, b, m in zip(self.p_eff, bounds, self.mismatch)]
 
     def _epsilon(self, noise_var, cap, setup, bounds=None) -> float:
         from otafl.privacy.accountants.run import exact_total

@@ -88,10 +88,7 @@ def _channel_state(h: Tensor, active: Tensor, setup: ChannelSetup) -> _ChannelSt
     if setup.csi is None:
         c_t, eligible = setup.gain(h)
     else:
-        from otafl.channel.csi import usable_gains
-
-        known = setup.csi(h)
-        finite, usable = usable_gains(known)
+        known, finite, usable = setup.csi.rows(h)  # views of the run's [T, K]: a policy finds its round
         c_t, eligible = setup.gain(finite)
         eligible = eligible & usable
         if not bool(eligible.any()):
