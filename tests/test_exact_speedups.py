@@ -91,3 +91,35 @@ def test_lumped_check_of_eq_1_keeps_the_per_round_epsilon(monkeypatch):
         plain = round_epsilon(t, spec)
         monkeypatch.undo()
         assert bool((ours >= plain * (1 - REL)).all()) and bool((ours <= plain * 1.002).all())
+
+
+def test_upper_bound_alone_equals_the_upper_bound_of_both():
+    """``lower=False`` (what the profiles and roots read) leaves the upper bound bit for bit
+    as with the lower bound computed: the 1-D mixture (equal and unequal variances), the d
+    dimensional cells, and a round's eq. (1) and eq. (5) with a lumped law of n."""
+    from otafl.privacy.analysis.cells import conditional_delta
+    from otafl.privacy.analysis.mixture import mixture_hockey_stick
+    from otafl.privacy.analysis.ota_round import lumped, round_delta
+
+    g = torch.Generator().manual_seed(3)
+    eps = torch.linspace(0.0, 4.0, 9, dtype=F64)[:, None]
+    lam = torch.logit(torch.rand(1, 7, generator=g, dtype=F64).clamp(0.05, 0.95))
+    for w, W in ((2.0, 2.0), (2.0, 2.5)):
+        both = mixture_hockey_stick(eps, log_odds=lam, absent_var=torch.tensor(w, dtype=F64),
+                                    present_var=torch.tensor(W, dtype=F64), half_sensitivity=torch.tensor(1.0, dtype=F64))
+        alone = mixture_hockey_stick(eps, log_odds=lam, absent_var=torch.tensor(w, dtype=F64),
+                                     present_var=torch.tensor(W, dtype=F64),
+                                     half_sensitivity=torch.tensor(1.0, dtype=F64), lower=False)
+        assert alone[1] is None and torch.equal(both[0], alone[0])
+    kw = dict(participation_prob=torch.tensor([0.3, 0.5, 1.0], dtype=F64)[:, None],
+              absent_var=torch.tensor([1.0, 3.0, 2.0], dtype=F64)[:, None],
+              own_noise_var=torch.tensor([0.5, 0.0, 0.4], dtype=F64)[:, None],
+              half_sensitivity=torch.tensor(1.0, dtype=F64), dim=50)
+    both, alone = conditional_delta(eps.T, **kw), conditional_delta(eps.T, lower=False, **kw)
+    assert alone[1] is None and torch.equal(both[0], alone[0])
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(2000, 30, rounds=2), "central") for k in ks))
+    spec = er._spec(keys, 1e-12)
+    e = torch.linspace(0.1, 2.0, 3, dtype=F64).expand(len(keys), 3)
+    for cond, spec in (("others", lumped(spec, 0.01)), ("others", spec), ("total", spec), ("best", spec)):
+        both, alone = round_delta(e, spec, conditioning=cond), round_delta(e, spec, conditioning=cond, lower=False)
+        assert alone[1] is None and torch.equal(both[0], alone[0])

@@ -80,8 +80,8 @@ def _ratio_terms(u, eps, cA, cB, iw, iW, a):
 
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
-                         max_iter: int = 200, rtol: float = 1e-13, quick: bool = True
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+                         max_iter: int = 200, rtol: float = 1e-13, quick: bool = True,
+                         lower: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Bounds on h_eps(pi) for (1-pi) N(0, w) + pi N(+a, W) vs (1-pi) N(0, w) + pi N(-a, W).
 
     Eq. (3) of the module docstring with the root u_1 of L(u) = eps bracketed by Newton
@@ -104,9 +104,12 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     :func:`_equal_variances`, certified by the sign of L(u) - eps on both sides of it, and
     the bracketed iteration runs only where that fails (``quick=False``: never skipped).
 
+    ``lower=False`` leaves the lower bound out (returned as None; the upper bound is the
+    same): the profiles and roots of the accountants read the upper bound only.
+
     Returns
     -------
-    upper, lower : [...], float64, lower <= h_eps(pi) <= upper.
+    upper, lower : [...], float64, lower <= h_eps(pi) <= upper (lower None with ``lower=False``).
     """
     eps, lam, w, W, a = torch.broadcast_tensors(*(torch.as_tensor(x, dtype=_DT) for x in
                                                   (eps, log_odds, absent_var, present_var,
@@ -114,18 +117,24 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     shape = eps.shape
     eps, lam, w, W, a = (t.reshape(-1) for t in (eps, lam, w, W, a))
     if quick:
-        got = _equal_variances(eps, lam, w, W, a, rtol)
+        got = _equal_variances(eps, lam, w, W, a, rtol, lower)
         if got is not None:
             sel, upper_q, lower_q = got
             rest = torch.ones_like(eps, dtype=torch.bool)
             rest[sel] = False
-            upper, lower = torch.empty_like(eps), torch.empty_like(eps)
-            upper[sel], lower[sel] = upper_q, lower_q
+            upper = torch.empty_like(eps)
+            low = torch.empty_like(eps) if lower else None
+            upper[sel] = upper_q
+            if lower:
+                low[sel] = lower_q
             if bool(rest.any()):
-                upper[rest], lower[rest] = mixture_hockey_stick(
+                u_r, l_r = mixture_hockey_stick(
                     eps[rest], log_odds=lam[rest], absent_var=w[rest], present_var=W[rest],
-                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False)
-            return upper.reshape(shape), lower.reshape(shape)
+                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False, lower=lower)
+                upper[rest] = u_r
+                if lower:
+                    low[rest] = l_r
+            return upper.reshape(shape), (low.reshape(shape) if lower else None)
     full = torch.isposinf(lam)
     w = torch.where(full, torch.ones_like(w), w)  # irrelevant where pi = 1; keeps logs finite
     log_pi = F.logsigmoid(lam)
@@ -226,15 +235,16 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     lo = torch.where(zero, torch.zeros_like(lo), lo)
     hi = torch.where(zero, torch.zeros_like(hi), hi)
 
-    upper, lower = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a)
-    return upper.reshape(shape), lower.reshape(shape)
+    upper, low = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a, lower)
+    return upper.reshape(shape), (low.reshape(shape) if lower else None)
 
 
-def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a):
+def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a, with_lower: bool = True):
     """Eq. (3) at ``lo`` (a lower bound) and at ``hi`` plus (hi - lo) max pi phi_W(u - a)
-    over the bracket (an upper bound), for any bracket lo <= u_1 <= hi."""
+    over the bracket (an upper bound), for any bracket lo <= u_1 <= hi (lower None
+    without ``with_lower``)."""
     args = (eps, log_pi, log_1mpi, w, W, a)
-    lower = _tail_excess(lo, *args).clamp(min=0.0)
+    lower = _tail_excess(lo, *args).clamp(min=0.0) if with_lower else None
     dist = torch.clamp(torch.maximum(lo - a, a - hi), min=0.0)
     log_slack = (log_pi + torch.log(hi - lo) - dist * dist / (2 * W) - 0.5 * torch.log(W)
                  - _HALF_LOG_2PI)
@@ -242,7 +252,7 @@ def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a):
     return upper, lower
 
 
-def _equal_variances(eps, lam, w, W, a, rtol):
+def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     """The elements with w = W, pi < 1 and eps > 0 whose closed-form root is certified, and
     their bounds: (index, upper, lower), or None when there are none.
 
@@ -272,5 +282,6 @@ def _equal_variances(eps, lam, w, W, a, rtol):
     if not bool(ok.any()):
         return None
     sub = lambda t: t[ok]  # noqa: E731
-    upper, lower = _bracket_bounds(sub(lo), sub(hi), sub(e), sub(log_pi), sub(log_1mpi), sub(ww), sub(ww), sub(aa))
+    upper, lower = _bracket_bounds(sub(lo), sub(hi), sub(e), sub(log_pi), sub(log_1mpi), sub(ww), sub(ww), sub(aa),
+                                   with_lower)
     return cand[ok], upper, lower
