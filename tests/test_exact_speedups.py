@@ -123,3 +123,21 @@ def test_upper_bound_alone_equals_the_upper_bound_of_both():
     for cond, spec in (("others", lumped(spec, 0.01)), ("others", spec), ("total", spec), ("best", spec)):
         both, alone = round_delta(e, spec, conditioning=cond), round_delta(e, spec, conditioning=cond, lower=False)
         assert alone[1] is None and torch.equal(both[0], alone[0])
+
+
+def test_a_predicted_first_step_finds_the_same_root_from_the_hint():
+    """Eq. (1)'s hinted solve with a first step far below the hint (as the predicted saving
+    gives) or right at it (xtol): the same epsilon (1e-9), and delta there meets the target."""
+    from otafl.privacy.analysis.ota_round import round_delta
+
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(1, 30, rounds=3, n0=20.0), "local") for k in ks))
+    spec = er._spec(keys, 1e-12)
+    t = torch.full((len(keys),), 1e-5, dtype=F64)
+    hint = round_epsilon(t, spec, conditioning="total")
+    plain = round_epsilon(t, spec, conditioning="others", upper_hint=hint)
+    for step in (0.05, 0.4):
+        fast = round_epsilon(t, spec, conditioning="others", upper_hint=hint,
+                             first_step=torch.full_like(hint, step))
+        assert torch.allclose(fast, plain, rtol=2 * REL, atol=0.0)
+        assert bool((round_delta(fast, spec, conditioning="others")[0] <= t).all())
+    assert bool((plain < 0.99 * hint).all())  # eq. (1) wins here: the step down is exercised

@@ -277,7 +277,8 @@ def with_dim(spec: RoundSpec, dim: int | None) -> RoundSpec:
 
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
-                  xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None, slack: float = 1e-3) -> torch.Tensor:
+                  xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None, slack: float = 1e-3,
+                  first_step=None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
     The profile is non-increasing and convex in eps, so the root of
@@ -297,6 +298,9 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     conditioning : "best", "others" (eq. 1) or "total" (eq. 5).
     upper_hint : [B] or None, a point where the target is expected to be met (the
         bracket is searched downward from it; a wrong hint only costs evaluations).
+    first_step : [B] or None, with ``upper_hint``: the relative distance below the hint of
+        the first point tried (default ``xtol``; then 16x farther each time the target is
+        still met). Where the root's distance is predicted, a bracket in one evaluation.
     slack : with "best", eq. (1) is solved only where it could lower eq. (5)'s eps by more
         than this fraction (estimated from eq. (5)'s log-slope); 0 solves it wherever it wins.
 
@@ -320,6 +324,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
             _, low1 = round_delta(probe, with_dim(spec, 1), conditioning="others")
             rest = torch.nonzero(~(torch.isfinite(e_t) & (low1 > t))).reshape(-1)
         need = rest[:0]
+        first = torch.full((B,), xtol, dtype=_DT, device=dev)  # the hinted solve's first step down
         if rest.numel():
             # Eq. (1) at eq. (5)'s eps, its law of n in blocks over which the absent variance
             # grows by at most 0.2 % (an upper bound: each block charged at its smallest n):
@@ -340,10 +345,14 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                 saved = torch.log(t[fin] / d_fin.clamp(min=1e-300)) / slope.clamp(min=1e-300)
                 skip = fin[saved <= slack * e_t[fin]]
                 need = need[~torch.isin(need, skip)]
+                # Eq. (1)'s root is about ``saved`` below e_t (eq. (5)'s slope): the first
+                # point tried 1.5 saved below, which brackets it at once when the estimate holds.
+                first[fin] = (1.5 * saved / e_t[fin]).nan_to_num(nan=xtol).clamp(min=xtol, max=0.5)
         for rows, hinted in ((need[torch.isfinite(e_t[need])], True), (need[~torch.isfinite(e_t[need])], False)):
             if rows.numel():  # eq. (1) where it can win: from below eq. (5)'s eps, or from scratch
                 e_o = round_epsilon(t[rows], take_rows(spec, rows), conditioning="others",
-                                    upper_hint=probe[rows] if hinted else None, **kw)
+                                    upper_hint=probe[rows] if hinted else None,
+                                    first_step=first[rows] if hinted else None, **kw)
                 e_t[rows] = torch.minimum(e_t[rows], e_o)
         return e_t
     if conditioning == "best":
@@ -385,7 +394,8 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         # (eq. (1) barely better than eq. (5)) is then bracketed in two evaluations.
         hi = torch.as_tensor(upper_hint, dtype=_DT, device=dev).expand(B).clone()
         f_hi = f(hi)
-        frac = torch.full_like(hi, xtol)
+        frac = torch.full_like(hi, xtol) if first_step is None else \
+            torch.as_tensor(first_step, dtype=_DT, device=dev).expand(B).clone()
         lo = hi * (1 - frac)
         f_lo = f(lo)
         for _ in range(64):
