@@ -78,6 +78,16 @@ def _ratio_terms(u, eps, cA, cB, iw, iW, a):
     return G, dG
 
 
+def _ratio_value(u, eps, cA, cB, iw, iW, a):
+    """G(u) = L(u) - eps alone (:func:`_ratio_terms` without the derivative, the same
+    operations): where only its sign is read (bracket ends)."""
+    um, up = u - a, u + a
+    A = cA - 0.5 * u * u * iw
+    B = cB - 0.5 * um * um * iW
+    C = cB - 0.5 * up * up * iW
+    return torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
+
+
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
                          max_iter: int = 200, rtol: float = 1e-13, quick: bool = True,
@@ -155,8 +165,8 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     cA = log_1mpi - 0.5 * torch.log(w)
     cB = log_pi - 0.5 * torch.log(W)
     iw, iW = 1.0 / w, 1.0 / W
-    g_lo, _ = _ratio_terms(lo, eps, cA, cB, iw, iW, a)
-    g_hi, _ = _ratio_terms(hi, eps, cA, cB, iw, iW, a)
+    g_lo = _ratio_value(lo, eps, cA, cB, iw, iW, a)
+    g_hi = _ratio_value(hi, eps, cA, cB, iw, iW, a)
     g_lo = g_lo.clamp(max=0.0)
     g_hi = g_hi.clamp(min=0.0)
 
@@ -220,7 +230,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     tau = 4 * rtol * (1.0 + xs.abs())
     for _ in range(40):
         for cand in (xs - tau, xs + tau):
-            G, _ = _ratio_terms(cand, *par)
+            G = _ratio_value(cand, *par)
             inside = (cand > los) & (cand < his)
             los = torch.where(inside & (G <= 0), cand, los)
             his = torch.where(inside & (G > 0), cand, his)
@@ -276,8 +286,8 @@ def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     cB = log_pi - 0.5 * torch.log(ww)
     iW = 1.0 / ww
     lo, hi = x - tau, x + tau
-    g_lo, _ = _ratio_terms(lo, e, cA, cB, iW, iW, aa)
-    g_hi, _ = _ratio_terms(hi, e, cA, cB, iW, iW, aa)
+    g_lo = _ratio_value(lo, e, cA, cB, iW, iW, aa)
+    g_hi = _ratio_value(hi, e, cA, cB, iW, iW, aa)
     ok = torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
     if not bool(ok.any()):
         return None
