@@ -189,22 +189,25 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     idx = torch.nonzero(~full).reshape(-1)
     par = [t[idx] for t in (eps, cA, cB, iw, iW, a)]
     xs, los, his, gls, ghs = (t[idx] for t in (x, lo, hi, g_lo, g_hi))
+    log_e = torch.log(par[0])  # log eps, compacted with par
     for _ in range(max_iter):
         if idx.numel() == 0:
             break
         G, dG = _ratio_terms(xs, *par)
         pos = G > 0
         upd = torch.isfinite(G)
-        his = torch.where(upd & pos, xs, his)
-        ghs = torch.where(upd & pos, G, ghs)
-        los = torch.where(upd & ~pos, xs, los)
-        gls = torch.where(upd & ~pos, G, gls)
+        up_pos, up_neg = upd & pos, upd & ~pos
+        his = torch.where(up_pos, xs, his)
+        ghs = torch.where(up_pos, G, ghs)
+        los = torch.where(up_neg, xs, los)
+        gls = torch.where(up_neg, G, gls)
         # Newton on log L(u) - log eps (same root and sign where L > 0): L grows like
         # exp(c u^2) where user k's branch is rare, and Newton on L itself then crawls
         # (steps of about 1 / (2 c u)); on its log it converges in a few steps.
         L = G + par[0]
-        step = torch.where((L > 0) & (par[0] > 0), L * (torch.log(L) - torch.log(par[0])) / dG, G / dG)
-        step = torch.where(torch.isfinite(step), step, G / dG)
+        plain = G / dG
+        step = torch.where((L > 0) & (par[0] > 0), L * (torch.log(L) - log_e) / dG, plain)
+        step = torch.where(torch.isfinite(step), step, plain)
         x_new = xs - step
         bad = ~((x_new >= los) & (x_new <= his))
         x_next = torch.where(bad, secant_or_mid(los, his, gls, ghs), x_new)
@@ -216,6 +219,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
             keep = ~now_done
             idx = idx[keep]
             par = [t[keep] for t in par]
+            log_e = log_e[keep]
             xs, los, his, gls, ghs = x_next[keep], los[keep], his[keep], gls[keep], ghs[keep]
         else:
             xs = x_next
