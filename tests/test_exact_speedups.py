@@ -141,3 +141,17 @@ def test_a_predicted_first_step_finds_the_same_root_from_the_hint():
         assert torch.allclose(fast, plain, rtol=2 * REL, atol=0.0)
         assert bool((round_delta(fast, spec, conditioning="others")[0] <= t).all())
     assert bool((plain < 0.99 * hint).all())  # eq. (1) wins here: the step down is exercised
+
+
+def test_uniform_rounds_keyed_without_their_bytes_give_the_same_rows():
+    """A uniform round's rows keyed by (K, p, sigma^2) equal those keyed by its arrays' bytes
+    (central and local), and a heterogeneous round still goes by its bytes."""
+    import numpy as np
+
+    for K in (1, 5, 300):
+        p, s2 = np.full(K, 0.3), np.full(K, 0.1)
+        for kind in ("central", "local"):
+            assert er._rows_of(p, s2, kind) == er._sampling_rows(p.tobytes(), s2.tobytes(), kind)
+    p, s2 = np.array([0.3, 0.6, 0.0]), np.array([0.1, 0.1, 0.2])
+    for kind in ("central", "local"):
+        assert er._rows_of(p, s2, kind) == er._sampling_rows(p.tobytes(), s2.tobytes(), kind)

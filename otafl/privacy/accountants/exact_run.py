@@ -126,9 +126,29 @@ def _channel_noise(f: RoundFacts) -> float:
     return math.inf if c == 0 else float(f.n0) / (c * c)
 
 
+def _arrays(f: RoundFacts):
+    """A round's participation probabilities and noise variances as float64 numpy arrays [K]."""
+    import numpy as np
+
+    p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
+                             dtype=np.float64)
+    s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1).numpy(),
+                                              p.shape), dtype=np.float64)
+    return p, s2
+
+
+def _rows_of(p, s2, kind: str) -> tuple:
+    """:func:`_sampling_rows` of the arrays, keyed by (K, p, sigma^2) where every user has the
+    same p and sigma^2 (a uniform round: no K-long bytes to hash per round), else by the bytes."""
+    if p.size and bool((p == p[0]).all()) and bool((s2 == s2[0]).all()):
+        return _sampling_rows(("uniform", int(p.size), float(p[0]), float(s2[0])), None, kind)
+    return _sampling_rows(p.tobytes(), s2.tobytes(), kind)
+
+
 @lru_cache(maxsize=64)
-def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
-    """The round's rows as far as the sampling decides them (cached by the raw bytes).
+def _sampling_rows(p_bytes, s2_bytes, kind: str) -> tuple:
+    """The round's rows as far as the sampling decides them (cached by the raw bytes, or by
+    ``("uniform", K, p, sigma^2)`` in ``p_bytes`` for a uniform round).
 
     Central: (p_own, sigma_own^2, sigma_o^2, law_key, smallest n of the law's window,
     whether eq. (5) holds: every other user who can take part adds exactly sigma_o^2);
@@ -136,7 +156,11 @@ def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
     """
     import numpy as np
 
-    p, s2 = np.frombuffer(p_bytes), np.frombuffer(s2_bytes)
+    if isinstance(p_bytes, tuple):
+        _, K, p0, v0 = p_bytes
+        p, s2 = np.full(K, p0), np.full(K, v0)
+    else:
+        p, s2 = np.frombuffer(p_bytes), np.frombuffer(s2_bytes)
     active = p > 0
     groups = np.unique(s2[active]).tolist()
     if kind == "local":
@@ -172,17 +196,12 @@ def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RE
     rounded down. No row when nobody can take part, or when the channel noise is infinite
     (c_t = 0 with N0 > 0: nothing is received).
     """
-    import numpy as np
-
-    p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
-                             dtype=np.float64)
-    s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1).numpy(),
-                                              p.shape), dtype=np.float64)
+    p, s2 = _arrays(f)
     ch = _channel_noise(f)
     if not bool((p > 0).any()) or math.isinf(ch):
         return ()
     a, dim = 0.5 * float(f.sensitivity), int(f.dim)
-    rows = _sampling_rows(p.tobytes(), s2.tobytes(), kind)
+    rows = _rows_of(p, s2, kind)
     if kind == "local":
         ch_r = round_variance_down(ch, resolution=resolution.channel)
         return tuple(("l", round_probability_up(pk, resolution=resolution.probability), v, ch_r, a, dim)
@@ -213,19 +232,14 @@ def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution 
 
 
 def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution) -> list[tuple]:
-    import numpy as np
-
     chs = {_channel_noise(f) for f in facts}
     res = Resolution(resolution.channel if len(chs) > 1 else 0.0, 0.0)
     if kind == "local" and resolution.probability > 0:
         ps = set()
         for f in {id(f): f for f in facts}.values():
-            p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
-                                     dtype=np.float64)
-            s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1)
-                                                      .numpy(), p.shape), dtype=np.float64)
+            p, s2 = _arrays(f)
             if (p > 0).any():
-                ps.update(pk for pk, _ in _sampling_rows(p.tobytes(), s2.tobytes(), "local"))
+                ps.update(pk for pk, _ in _rows_of(p, s2, "local"))
         if len(ps) > 1:
             res = Resolution(res.channel, resolution.probability)
     seen: dict[int, tuple] = {}
