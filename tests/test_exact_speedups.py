@@ -155,3 +155,25 @@ def test_uniform_rounds_keyed_without_their_bytes_give_the_same_rows():
     p, s2 = np.array([0.3, 0.6, 0.0]), np.array([0.1, 0.1, 0.2])
     for kind in ("central", "local"):
         assert er._rows_of(p, s2, kind) == er._sampling_rows(p.tobytes(), s2.tobytes(), kind)
+
+
+def test_batched_poisson_binomial_pmfs_equal_each_rounds_own():
+    """The pmfs a run prefetches in one batched recursion are bit for bit each round's own
+    pmf, which is the shifted-copy recursion's (the in-place form does the same arithmetic)."""
+    import numpy as np
+
+    from otafl.privacy.analysis.concentration import poisson_binomial_pmf
+
+    rng = np.random.default_rng(5)
+    keys = [("pb", tuple(rng.uniform(0.0, 1.0, k).tolist())) for k in (7, 7, 30, 1)]
+    er.clear_caches()
+    er._prefetch_pmfs(keys)
+    for k in keys:
+        q = np.array(k[1])
+        ref = np.zeros(len(q) + 1)
+        ref[0] = 1.0
+        for j, pj in enumerate(q):
+            head = ref[: j + 2].copy()
+            ref[: j + 2] = (1.0 - pj) * head + pj * np.concatenate([[0.0], head[:-1]])
+        own = poisson_binomial_pmf(torch.tensor([k[1]], dtype=F64))
+        assert torch.equal(er._pmf(k), own) and np.array_equal(own[0].numpy(), ref)

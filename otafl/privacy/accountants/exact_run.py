@@ -101,10 +101,37 @@ SCREEN_SLACK = 1e-3
 # ---------------------------------------------------------------- row keys
 
 
-@lru_cache(maxsize=2048)
+_PMF_CACHE: OrderedDict = OrderedDict()
+_PMF_CACHE_SIZE = 2048
+
+
 def _pmf(law_key: tuple) -> torch.Tensor:
-    """The Poisson-binomial pmf of a ("pb", others' p) key (cached: several tails use it)."""
-    return poisson_binomial_pmf(torch.tensor([law_key[1]], dtype=_DT))
+    """The Poisson-binomial pmf of a ("pb", others' p) key [1, K] (cached: several tails use it)."""
+    hit = _PMF_CACHE.get(law_key)
+    if hit is None:
+        _prefetch_pmfs([law_key])
+        hit = _PMF_CACHE[law_key]
+    else:
+        _PMF_CACHE.move_to_end(law_key)
+    return hit
+
+
+def _prefetch_pmfs(law_keys) -> None:
+    """The pmfs of the ("pb", ...) keys not cached yet, batched by length: the recursion's K
+    steps once for a whole run's rounds (channel-aware sampling: each round its own p), not
+    once per round. Each row's arithmetic is that of a pmf on its own (elementwise)."""
+    by: dict[int, list] = {}
+    for k in dict.fromkeys(law_keys):
+        if k[0] == "pb" and k not in _PMF_CACHE:
+            by.setdefault(len(k[1]), []).append(k)
+    for group in by.values():
+        for i in range(0, len(group), 256):
+            part = group[i:i + 256]
+            pmfs = poisson_binomial_pmf(torch.tensor([k[1] for k in part], dtype=_DT))
+            for r, k in enumerate(part):
+                _PMF_CACHE[k] = pmfs[r:r + 1].clone()
+    while len(_PMF_CACHE) > _PMF_CACHE_SIZE:
+        _PMF_CACHE.popitem(last=False)
 
 
 @lru_cache(maxsize=4096)
@@ -162,12 +189,22 @@ def _sampling_rows(p_bytes, s2_bytes, kind: str) -> tuple:
     else:
         p, s2 = np.frombuffer(p_bytes), np.frombuffer(s2_bytes)
     active = p > 0
-    groups = np.unique(s2[active]).tolist()
     if kind == "local":
-        return tuple((float(p[active & (s2 == v)].max()), float(v)) for v in groups)
+        return tuple((float(p[active & (s2 == v)].max()), float(v)) for v in np.unique(s2[active]).tolist())
+    return tuple((pj, v, s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0]), total_ok)
+                 for pj, v, s_min, law_key, total_ok in _central_groups(p, s2))
+
+
+def _central_groups(p, s2) -> list:
+    """Per noise group of the users who can take part: (its largest p, sigma^2, the others'
+    smallest sigma^2, the law key of the others' count without that user, whether eq. (5)
+    holds: every other user who can take part adds exactly that smallest sigma^2)."""
+    import numpy as np
+
+    active = p > 0
     s_min = float(s2[active].min())
-    rows = []
-    for v in groups:
+    out = []
+    for v in np.unique(s2[active]).tolist():
         members = np.nonzero(active & (s2 == v))[0]
         j = int(members[np.argmax(p[members])])
         others = np.concatenate([p[:j], p[j + 1:]])
@@ -178,10 +215,8 @@ def _sampling_rows(p_bytes, s2_bytes, kind: str) -> tuple:
         else:
             law_key = ("pb", tuple(others.tolist()))
         others_s2 = np.concatenate([s2[:j][active[:j]], s2[j + 1:][active[j + 1:]]])
-        total_ok = bool((others_s2 == s_min).all())  # eq. (5) holds: every other user adds exactly s_min
-        rows.append((float(p[j]), float(v), s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0]),
-                     total_ok))
-    return tuple(rows)
+        out.append((float(p[j]), float(v), s_min, law_key, bool((others_s2 == s_min).all())))
+    return out
 
 
 def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RESOLUTION) -> tuple:
@@ -242,6 +277,15 @@ def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution
                 ps.update(pk for pk, _ in _rows_of(p, s2, "local"))
         if len(ps) > 1:
             res = Resolution(res.channel, resolution.probability)
+    if kind == "central":
+        # The others' Poisson-binomial pmfs of the whole run in a few batched recursions
+        # (heterogeneous rounds; uniform ones have binomial laws and skip this).
+        keys = []
+        for f in {id(f): f for f in facts}.values():
+            p, s2 = _arrays(f)
+            if (p > 0).any() and not (bool((p == p[0]).all()) and bool((s2 == s2[0]).all())):
+                keys.extend(k for *_, k, _ in _central_groups(p, s2) if k[0] == "pb")
+        _prefetch_pmfs(keys)
     seen: dict[int, tuple] = {}
     return [seen.setdefault(id(f), round_row_keys(f, kind, res)) for f in facts]
 
@@ -280,7 +324,7 @@ def clear_caches() -> None:
     """Forget every cached row epsilon and count law (for timing the uncached path)."""
     _EPS_CACHE.clear()
     _law.cache_clear()
-    _pmf.cache_clear()
+    _PMF_CACHE.clear()
     _sampling_rows.cache_clear()
 
 

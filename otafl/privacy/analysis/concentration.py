@@ -40,9 +40,11 @@ def poisson_binomial_pmf(p: torch.Tensor) -> torch.Tensor:
         out[..., 0] = 1.0
         for j in range(K):
             pj = q[..., j : j + 1]
-            head = out[..., : j + 2]
-            shifted = np.concatenate([np.zeros_like(head[..., :1]), head[..., :-1]], axis=-1)
-            out[..., : j + 2] = (1.0 - pj) * head + pj * shifted
+            # (1 - p_j) pmf(n) + p_j pmf(n - 1) in place: the same products and sums in the
+            # same order as with a shifted copy (entry j + 1 is 0 before), without it.
+            prev = pj * out[..., : j + 1]
+            out[..., : j + 1] *= 1.0 - pj
+            out[..., 1 : j + 2] += prev
         return torch.from_numpy(out)
     K = p.shape[-1]
     batch = p.shape[:-1]
