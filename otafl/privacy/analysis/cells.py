@@ -246,13 +246,16 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
         gauss[rest] = gaussian_hockey_stick(epsilon=eps[rest], sensitivity=2 * a[rest], noise_std=W[rest].sqrt())
     up = p * gauss
     lo = up.clone() if lower else None
-    if bool(flat.any()):
+    if bool(rest.any()) and bool(flat.any()):
         sel = lambda t: t[flat]  # noqa: E731
         u1, l1 = mixture_hockey_stick(sel(eps), log_odds=torch.logit(sel(p)), absent_var=sel(w),
                                       present_var=sel(W), half_sensitivity=sel(a), lower=lower)
         up = up.masked_scatter(flat, u1)
         if lower:
             lo = lo.masked_scatter(flat, l1)
+    elif bool(flat.any()):  # every element (eq. (5)'s profiles): no gathers or scatters
+        up, lo = mixture_hockey_stick(eps, log_odds=torch.logit(p), absent_var=w, present_var=W,
+                                      half_sensitivity=a, lower=lower)
     if bool(cell.any()):
         sel = lambda t: t[cell]  # noqa: E731
         if cells is None:

@@ -130,6 +130,8 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         got = _equal_variances(eps, lam, w, W, a, rtol, lower)
         if got is not None:
             sel, upper_q, lower_q = got
+            if sel is None:  # every element certified by the closed form
+                return upper_q.reshape(shape), (lower_q.reshape(shape) if lower else None)
             rest = torch.ones_like(eps, dtype=torch.bool)
             rest[sel] = False
             upper = torch.empty_like(eps)
@@ -275,11 +277,14 @@ def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     (as in :func:`mixture_hockey_stick`'s start). The bracket [x - tau, x + tau], tau =
     4 rtol (1 + |x|) (the reference's final bracket width), is accepted where L - eps <= 0
     at its lower end and > 0 at its upper end; the root is then inside, and
-    :func:`_bracket_bounds` gives the same bounds as the iteration's bracket would."""
-    cand = torch.nonzero((w == W) & ~torch.isposinf(lam) & (eps > 0) & (W > 0) & (a > 0)).reshape(-1)
-    if cand.numel() == 0:
+    :func:`_bracket_bounds` gives the same bounds as the iteration's bracket would. The
+    index is None where every element is (the bounds then in the elements' order)."""
+    mask = (w == W) & ~torch.isposinf(lam) & (eps > 0) & (W > 0) & (a > 0)
+    whole = bool(mask.all())  # every element (eq. (5)'s profiles): no gathers, index None
+    cand = None if whole else torch.nonzero(mask).reshape(-1)
+    if cand is not None and cand.numel() == 0:
         return None
-    e, la, ww, aa = eps[cand], lam[cand], W[cand], a[cand]
+    e, la, ww, aa = (eps, lam, W, a) if whole else (eps[cand], lam[cand], W[cand], a[cand])
     log_pi, log_1mpi = F.logsigmoid(la), F.logsigmoid(-la)
     log_2a = _LOG2 + log_pi - aa * aa / (2 * ww)
     b = log_1mpi + log_expm1(e)
@@ -293,9 +298,12 @@ def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     g_lo = _ratio_value(lo, e, cA, cB, iW, iW, aa)
     g_hi = _ratio_value(hi, e, cA, cB, iW, iW, aa)
     ok = torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
+    if bool(ok.all()):
+        upper, lower = _bracket_bounds(lo, hi, e, log_pi, log_1mpi, ww, ww, aa, with_lower)
+        return cand, upper, lower
     if not bool(ok.any()):
         return None
     sub = lambda t: t[ok]  # noqa: E731
     upper, lower = _bracket_bounds(sub(lo), sub(hi), sub(e), sub(log_pi), sub(log_1mpi), sub(ww), sub(ww), sub(aa),
                                    with_lower)
-    return cand[ok], upper, lower
+    return (torch.nonzero(ok).reshape(-1) if cand is None else cand[ok]), upper, lower
