@@ -177,3 +177,31 @@ def test_batched_poisson_binomial_pmfs_equal_each_rounds_own():
             ref[: j + 2] = (1.0 - pj) * head + pj * np.concatenate([[0.0], head[:-1]])
         own = poisson_binomial_pmf(torch.tensor([k[1]], dtype=F64))
         assert torch.equal(er._pmf(k), own) and np.array_equal(own[0].numpy(), ref)
+
+
+def test_uniform_batches_skip_the_gathers_with_the_same_bounds():
+    """A batch whose every element takes one path (all 1-D, all d-dimensional cells, all
+    closed-form equal-variance roots) gives bit for bit the bounds those elements get in a
+    mixed batch (where they are gathered and scattered)."""
+    from otafl.privacy.analysis.cells import conditional_delta
+    from otafl.privacy.analysis.mixture import mixture_hockey_stick
+
+    g = torch.Generator().manual_seed(7)
+    eps = torch.linspace(0.1, 4.0, 6, dtype=F64)
+    p = torch.rand(6, generator=g, dtype=F64).clamp(0.05, 0.95)
+    w = 0.5 + torch.rand(6, generator=g, dtype=F64)
+    one = torch.tensor(1.0, dtype=F64)
+    for s2, dim in ((0.0, 40), (0.3, 40), (0.3, 1)):
+        v = torch.full((6,), s2, dtype=F64)
+        alone = conditional_delta(eps, participation_prob=p, absent_var=w, own_noise_var=v, half_sensitivity=one,
+                                  dim=dim)
+        pm = torch.cat([p, torch.tensor([1.0], dtype=F64)])  # p = 1: the Gaussian, another path
+        mixed = conditional_delta(torch.cat([eps, eps[:1]]), participation_prob=pm, absent_var=torch.cat([w, w[:1]]),
+                                  own_noise_var=torch.cat([v, v[:1]]), half_sensitivity=one, dim=dim)
+        assert all(torch.equal(x, y[:6]) for x, y in zip(alone, mixed))
+    lam = torch.logit(p)
+    alone = mixture_hockey_stick(eps, log_odds=lam, absent_var=w, present_var=w, half_sensitivity=one)
+    mixed = mixture_hockey_stick(torch.cat([eps, eps[:1]]), log_odds=torch.cat([lam, lam[:1]]),
+                                 absent_var=torch.cat([w, w[:1]]), present_var=torch.cat([w, 2 * w[:1]]),
+                                 half_sensitivity=one)
+    assert all(torch.equal(x, y[:6]) for x, y in zip(alone, mixed))

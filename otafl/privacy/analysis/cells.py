@@ -257,16 +257,17 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
         up, lo = mixture_hockey_stick(eps, log_odds=torch.logit(p), absent_var=w, present_var=W,
                                       half_sensitivity=a, lower=lower)
     if bool(cell.any()):
-        sel = lambda t: t[cell]  # noqa: E731
+        every = bool(cell.all())  # eq. (1)'s d-dimensional profiles: no gathers or scatters
+        sel = (lambda t: t) if every else (lambda t: t[cell])  # noqa: E731
         if cells is None:
             c = s_cells(participation_prob=sel(p), absent_var=sel(w), own_noise_var=sel(s2), dim=dim, grid=grid)
         else:
-            c = SCells(*(t.expand(*shape, t.shape[-1]).reshape(-1, t.shape[-1])[cell]
+            c = SCells(*(sel(t.expand(*shape, t.shape[-1]).reshape(-1, t.shape[-1]))
                          for t in (cells.log_odds, cells.present_mass, cells.mixture_mass)))
         u1, l1 = _cell_integral(sel(eps), sel(p), sel(w), sel(s2), sel(a), sel(gauss), c, lower)
-        up = up.masked_scatter(cell, u1)
+        up = u1 if every else up.masked_scatter(cell, u1)
         if lower:
-            lo = lo.masked_scatter(cell, l1)
+            lo = l1 if every else lo.masked_scatter(cell, l1)
     up = torch.where(never, torch.zeros_like(up), up.clamp(max=1.0))
     if not lower:
         return up.reshape(shape), None
