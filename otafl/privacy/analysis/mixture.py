@@ -216,9 +216,11 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         tol = rtol * (1.0 + xs.abs())
         now_done = (step.abs() < tol) | (his - los < tol) | (G == 0) | ~torch.isfinite(G)
         if bool(now_done.any()):
-            fin = idx[now_done]
-            x[fin], lo[fin], hi[fin] = xs[now_done], los[now_done], his[now_done]
-            keep = ~now_done
+            # Integer indices once (a boolean mask is turned into indices by every gather).
+            done_i = torch.nonzero(now_done).reshape(-1)
+            keep = torch.nonzero(~now_done).reshape(-1)
+            fin = idx[done_i]
+            x[fin], lo[fin], hi[fin] = xs[done_i], los[done_i], his[done_i]
             idx = idx[keep]
             par = [t[keep] for t in par]
             log_e = log_e[keep]
@@ -244,6 +246,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         lo[idx], hi[idx] = los, his
         if not bool(wide.any()):
             break
+        wide = torch.nonzero(wide).reshape(-1)
         idx = idx[wide]
         par = [t[wide] for t in par]
         xs, los, his, tau = xs[wide], los[wide], his[wide], 4 * tau[wide]
