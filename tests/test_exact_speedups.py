@@ -162,12 +162,12 @@ def test_batched_poisson_binomial_pmfs_equal_each_rounds_own():
     pmf, which is the shifted-copy recursion's (the in-place form does the same arithmetic)."""
     import numpy as np
 
-    from otafl.privacy.analysis.concentration import poisson_binomial_pmf
+    from otafl.privacy.analysis.concentration import poisson_binomial_pmf, prefetch_poisson_binomial_pmfs
 
     rng = np.random.default_rng(5)
     keys = [("pb", tuple(rng.uniform(0.0, 1.0, k).tolist())) for k in (7, 7, 30, 1)]
     er.clear_caches()
-    er._prefetch_pmfs(keys)
+    prefetch_poisson_binomial_pmfs([k[1] for k in keys])
     for k in keys:
         q = np.array(k[1])
         ref = np.zeros(len(q) + 1)

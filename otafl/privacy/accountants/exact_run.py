@@ -32,7 +32,11 @@ from typing import Sequence
 import torch
 
 from otafl.privacy.analysis.cells import CellGrid
-from otafl.privacy.analysis.concentration import poisson_binomial_pmf
+from otafl.privacy.analysis.concentration import (
+    cached_poisson_binomial_pmf,
+    clear_poisson_binomial_cache,
+    prefetch_poisson_binomial_pmfs,
+)
 from otafl.privacy.analysis.count_law import (
     CountLaw,
     binomial_count_law,
@@ -101,37 +105,9 @@ SCREEN_SLACK = 1e-3
 # ---------------------------------------------------------------- row keys
 
 
-_PMF_CACHE: OrderedDict = OrderedDict()
-_PMF_CACHE_SIZE = 2048
-
-
 def _pmf(law_key: tuple) -> torch.Tensor:
-    """The Poisson-binomial pmf of a ("pb", others' p) key [1, K] (cached: several tails use it)."""
-    hit = _PMF_CACHE.get(law_key)
-    if hit is None:
-        _prefetch_pmfs([law_key])
-        hit = _PMF_CACHE[law_key]
-    else:
-        _PMF_CACHE.move_to_end(law_key)
-    return hit
-
-
-def _prefetch_pmfs(law_keys) -> None:
-    """The pmfs of the ("pb", ...) keys not cached yet, batched by length: the recursion's K
-    steps once for a whole run's rounds (channel-aware sampling: each round its own p), not
-    once per round. Each row's arithmetic is that of a pmf on its own (elementwise)."""
-    by: dict[int, list] = {}
-    for k in dict.fromkeys(law_keys):
-        if k[0] == "pb" and k not in _PMF_CACHE:
-            by.setdefault(len(k[1]), []).append(k)
-    for group in by.values():
-        for i in range(0, len(group), 256):
-            part = group[i:i + 256]
-            pmfs = poisson_binomial_pmf(torch.tensor([k[1] for k in part], dtype=_DT))
-            for r, k in enumerate(part):
-                _PMF_CACHE[k] = pmfs[r:r + 1].clone()
-    while len(_PMF_CACHE) > _PMF_CACHE_SIZE:
-        _PMF_CACHE.popitem(last=False)
+    """The Poisson-binomial pmf of a ("pb", others' p) key [1, K + 1] (cached: several tails use it)."""
+    return cached_poisson_binomial_pmf(law_key[1])
 
 
 @lru_cache(maxsize=4096)
@@ -285,7 +261,7 @@ def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution
             p, s2 = _arrays(f)
             if (p > 0).any() and not (bool((p == p[0]).all()) and bool((s2 == s2[0]).all())):
                 keys.extend(k for *_, k, _ in _central_groups(p, s2) if k[0] == "pb")
-        _prefetch_pmfs(keys)
+        prefetch_poisson_binomial_pmfs([k[1] for k in keys])
     seen: dict[int, tuple] = {}
     return [seen.setdefault(id(f), round_row_keys(f, kind, res)) for f in facts]
 
@@ -324,7 +300,7 @@ def clear_caches() -> None:
     """Forget every cached row epsilon and count law (for timing the uncached path)."""
     _EPS_CACHE.clear()
     _law.cache_clear()
-    _PMF_CACHE.clear()
+    clear_poisson_binomial_cache()
     _sampling_rows.cache_clear()
 
 
