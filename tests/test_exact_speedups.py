@@ -91,3 +91,117 @@ def test_lumped_check_of_eq_1_keeps_the_per_round_epsilon(monkeypatch):
         plain = round_epsilon(t, spec)
         monkeypatch.undo()
         assert bool((ours >= plain * (1 - REL)).all()) and bool((ours <= plain * 1.002).all())
+
+
+def test_upper_bound_alone_equals_the_upper_bound_of_both():
+    """``lower=False`` (what the profiles and roots read) leaves the upper bound bit for bit
+    as with the lower bound computed: the 1-D mixture (equal and unequal variances), the d
+    dimensional cells, and a round's eq. (1) and eq. (5) with a lumped law of n."""
+    from otafl.privacy.analysis.cells import conditional_delta
+    from otafl.privacy.analysis.mixture import mixture_hockey_stick
+    from otafl.privacy.analysis.ota_round import lumped, round_delta
+
+    g = torch.Generator().manual_seed(3)
+    eps = torch.linspace(0.0, 4.0, 9, dtype=F64)[:, None]
+    lam = torch.logit(torch.rand(1, 7, generator=g, dtype=F64).clamp(0.05, 0.95))
+    for w, W in ((2.0, 2.0), (2.0, 2.5)):
+        both = mixture_hockey_stick(eps, log_odds=lam, absent_var=torch.tensor(w, dtype=F64),
+                                    present_var=torch.tensor(W, dtype=F64), half_sensitivity=torch.tensor(1.0, dtype=F64))
+        alone = mixture_hockey_stick(eps, log_odds=lam, absent_var=torch.tensor(w, dtype=F64),
+                                     present_var=torch.tensor(W, dtype=F64),
+                                     half_sensitivity=torch.tensor(1.0, dtype=F64), lower=False)
+        assert alone[1] is None and torch.equal(both[0], alone[0])
+    kw = dict(participation_prob=torch.tensor([0.3, 0.5, 1.0], dtype=F64)[:, None],
+              absent_var=torch.tensor([1.0, 3.0, 2.0], dtype=F64)[:, None],
+              own_noise_var=torch.tensor([0.5, 0.0, 0.4], dtype=F64)[:, None],
+              half_sensitivity=torch.tensor(1.0, dtype=F64), dim=50)
+    both, alone = conditional_delta(eps.T, **kw), conditional_delta(eps.T, lower=False, **kw)
+    assert alone[1] is None and torch.equal(both[0], alone[0])
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(2000, 30, rounds=2), "central") for k in ks))
+    spec = er._spec(keys, 1e-12)
+    e = torch.linspace(0.1, 2.0, 3, dtype=F64).expand(len(keys), 3)
+    for cond, spec in (("others", lumped(spec, 0.01)), ("others", spec), ("total", spec), ("best", spec)):
+        both, alone = round_delta(e, spec, conditioning=cond), round_delta(e, spec, conditioning=cond, lower=False)
+        assert alone[1] is None and torch.equal(both[0], alone[0])
+
+
+def test_a_predicted_first_step_finds_the_same_root_from_the_hint():
+    """Eq. (1)'s hinted solve with a first step far below the hint (as the predicted saving
+    gives) or right at it (xtol): the same epsilon (1e-9), and delta there meets the target."""
+    from otafl.privacy.analysis.ota_round import round_delta
+
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(1, 30, rounds=3, n0=20.0), "local") for k in ks))
+    spec = er._spec(keys, 1e-12)
+    t = torch.full((len(keys),), 1e-5, dtype=F64)
+    hint = round_epsilon(t, spec, conditioning="total")
+    plain = round_epsilon(t, spec, conditioning="others", upper_hint=hint)
+    for step in (0.05, 0.4):
+        fast = round_epsilon(t, spec, conditioning="others", upper_hint=hint,
+                             first_step=torch.full_like(hint, step))
+        assert torch.allclose(fast, plain, rtol=2 * REL, atol=0.0)
+        assert bool((round_delta(fast, spec, conditioning="others")[0] <= t).all())
+    assert bool((plain < 0.99 * hint).all())  # eq. (1) wins here: the step down is exercised
+
+
+def test_uniform_rounds_keyed_without_their_bytes_give_the_same_rows():
+    """A uniform round's rows keyed by (K, p, sigma^2) equal those keyed by its arrays' bytes
+    (central and local), and a heterogeneous round still goes by its bytes."""
+    import numpy as np
+
+    for K in (1, 5, 300):
+        p, s2 = np.full(K, 0.3), np.full(K, 0.1)
+        for kind in ("central", "local"):
+            assert er._rows_of(p, s2, kind) == er._sampling_rows(p.tobytes(), s2.tobytes(), kind)
+    p, s2 = np.array([0.3, 0.6, 0.0]), np.array([0.1, 0.1, 0.2])
+    for kind in ("central", "local"):
+        assert er._rows_of(p, s2, kind) == er._sampling_rows(p.tobytes(), s2.tobytes(), kind)
+
+
+def test_batched_poisson_binomial_pmfs_equal_each_rounds_own():
+    """The pmfs a run prefetches in one batched recursion are bit for bit each round's own
+    pmf, which is the shifted-copy recursion's (the in-place form does the same arithmetic)."""
+    import numpy as np
+
+    from otafl.privacy.analysis.concentration import poisson_binomial_pmf, prefetch_poisson_binomial_pmfs
+
+    rng = np.random.default_rng(5)
+    keys = [("pb", tuple(rng.uniform(0.0, 1.0, k).tolist())) for k in (7, 7, 30, 1)]
+    er.clear_caches()
+    prefetch_poisson_binomial_pmfs([k[1] for k in keys])
+    for k in keys:
+        q = np.array(k[1])
+        ref = np.zeros(len(q) + 1)
+        ref[0] = 1.0
+        for j, pj in enumerate(q):
+            head = ref[: j + 2].copy()
+            ref[: j + 2] = (1.0 - pj) * head + pj * np.concatenate([[0.0], head[:-1]])
+        own = poisson_binomial_pmf(torch.tensor([k[1]], dtype=F64))
+        assert torch.equal(er._pmf(k), own) and np.array_equal(own[0].numpy(), ref)
+
+
+def test_uniform_batches_skip_the_gathers_with_the_same_bounds():
+    """A batch whose every element takes one path (all 1-D, all d-dimensional cells, all
+    closed-form equal-variance roots) gives bit for bit the bounds those elements get in a
+    mixed batch (where they are gathered and scattered)."""
+    from otafl.privacy.analysis.cells import conditional_delta
+    from otafl.privacy.analysis.mixture import mixture_hockey_stick
+
+    g = torch.Generator().manual_seed(7)
+    eps = torch.linspace(0.1, 4.0, 6, dtype=F64)
+    p = torch.rand(6, generator=g, dtype=F64).clamp(0.05, 0.95)
+    w = 0.5 + torch.rand(6, generator=g, dtype=F64)
+    one = torch.tensor(1.0, dtype=F64)
+    for s2, dim in ((0.0, 40), (0.3, 40), (0.3, 1)):
+        v = torch.full((6,), s2, dtype=F64)
+        alone = conditional_delta(eps, participation_prob=p, absent_var=w, own_noise_var=v, half_sensitivity=one,
+                                  dim=dim)
+        pm = torch.cat([p, torch.tensor([1.0], dtype=F64)])  # p = 1: the Gaussian, another path
+        mixed = conditional_delta(torch.cat([eps, eps[:1]]), participation_prob=pm, absent_var=torch.cat([w, w[:1]]),
+                                  own_noise_var=torch.cat([v, v[:1]]), half_sensitivity=one, dim=dim)
+        assert all(torch.equal(x, y[:6]) for x, y in zip(alone, mixed))
+    lam = torch.logit(p)
+    alone = mixture_hockey_stick(eps, log_odds=lam, absent_var=w, present_var=w, half_sensitivity=one)
+    mixed = mixture_hockey_stick(torch.cat([eps, eps[:1]]), log_odds=torch.cat([lam, lam[:1]]),
+                                 absent_var=torch.cat([w, w[:1]]), present_var=torch.cat([w, 2 * w[:1]]),
+                                 half_sensitivity=one)
+    assert all(torch.equal(x, y[:6]) for x, y in zip(alone, mixed))

@@ -32,7 +32,11 @@ from typing import Sequence
 import torch
 
 from otafl.privacy.analysis.cells import CellGrid
-from otafl.privacy.analysis.concentration import poisson_binomial_pmf
+from otafl.privacy.analysis.concentration import (
+    cached_poisson_binomial_pmf,
+    clear_poisson_binomial_cache,
+    prefetch_poisson_binomial_pmfs,
+)
 from otafl.privacy.analysis.count_law import (
     CountLaw,
     binomial_count_law,
@@ -101,10 +105,9 @@ SCREEN_SLACK = 1e-3
 # ---------------------------------------------------------------- row keys
 
 
-@lru_cache(maxsize=2048)
 def _pmf(law_key: tuple) -> torch.Tensor:
-    """The Poisson-binomial pmf of a ("pb", others' p) key (cached: several tails use it)."""
-    return poisson_binomial_pmf(torch.tensor([law_key[1]], dtype=_DT))
+    """The Poisson-binomial pmf of a ("pb", others' p) key [1, K + 1] (cached: several tails use it)."""
+    return cached_poisson_binomial_pmf(law_key[1])
 
 
 @lru_cache(maxsize=4096)
@@ -126,9 +129,29 @@ def _channel_noise(f: RoundFacts) -> float:
     return math.inf if c == 0 else float(f.n0) / (c * c)
 
 
+def _arrays(f: RoundFacts):
+    """A round's participation probabilities and noise variances as float64 numpy arrays [K]."""
+    import numpy as np
+
+    p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
+                             dtype=np.float64)
+    s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1).numpy(),
+                                              p.shape), dtype=np.float64)
+    return p, s2
+
+
+def _rows_of(p, s2, kind: str) -> tuple:
+    """:func:`_sampling_rows` of the arrays, keyed by (K, p, sigma^2) where every user has the
+    same p and sigma^2 (a uniform round: no K-long bytes to hash per round), else by the bytes."""
+    if p.size and bool((p == p[0]).all()) and bool((s2 == s2[0]).all()):
+        return _sampling_rows(("uniform", int(p.size), float(p[0]), float(s2[0])), None, kind)
+    return _sampling_rows(p.tobytes(), s2.tobytes(), kind)
+
+
 @lru_cache(maxsize=64)
-def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
-    """The round's rows as far as the sampling decides them (cached by the raw bytes).
+def _sampling_rows(p_bytes, s2_bytes, kind: str) -> tuple:
+    """The round's rows as far as the sampling decides them (cached by the raw bytes, or by
+    ``("uniform", K, p, sigma^2)`` in ``p_bytes`` for a uniform round).
 
     Central: (p_own, sigma_own^2, sigma_o^2, law_key, smallest n of the law's window,
     whether eq. (5) holds: every other user who can take part adds exactly sigma_o^2);
@@ -136,14 +159,28 @@ def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
     """
     import numpy as np
 
-    p, s2 = np.frombuffer(p_bytes), np.frombuffer(s2_bytes)
+    if isinstance(p_bytes, tuple):
+        _, K, p0, v0 = p_bytes
+        p, s2 = np.full(K, p0), np.full(K, v0)
+    else:
+        p, s2 = np.frombuffer(p_bytes), np.frombuffer(s2_bytes)
     active = p > 0
-    groups = np.unique(s2[active]).tolist()
     if kind == "local":
-        return tuple((float(p[active & (s2 == v)].max()), float(v)) for v in groups)
+        return tuple((float(p[active & (s2 == v)].max()), float(v)) for v in np.unique(s2[active]).tolist())
+    return tuple((pj, v, s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0]), total_ok)
+                 for pj, v, s_min, law_key, total_ok in _central_groups(p, s2))
+
+
+def _central_groups(p, s2) -> list:
+    """Per noise group of the users who can take part: (its largest p, sigma^2, the others'
+    smallest sigma^2, the law key of the others' count without that user, whether eq. (5)
+    holds: every other user who can take part adds exactly that smallest sigma^2)."""
+    import numpy as np
+
+    active = p > 0
     s_min = float(s2[active].min())
-    rows = []
-    for v in groups:
+    out = []
+    for v in np.unique(s2[active]).tolist():
         members = np.nonzero(active & (s2 == v))[0]
         j = int(members[np.argmax(p[members])])
         others = np.concatenate([p[:j], p[j + 1:]])
@@ -154,10 +191,8 @@ def _sampling_rows(p_bytes: bytes, s2_bytes: bytes, kind: str) -> tuple:
         else:
             law_key = ("pb", tuple(others.tolist()))
         others_s2 = np.concatenate([s2[:j][active[:j]], s2[j + 1:][active[j + 1:]]])
-        total_ok = bool((others_s2 == s_min).all())  # eq. (5) holds: every other user adds exactly s_min
-        rows.append((float(p[j]), float(v), s_min, law_key, float(_law(law_key, _FLOOR_TAIL).n_first[0, 0]),
-                     total_ok))
-    return tuple(rows)
+        out.append((float(p[j]), float(v), s_min, law_key, bool((others_s2 == s_min).all())))
+    return out
 
 
 def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RESOLUTION) -> tuple:
@@ -172,17 +207,12 @@ def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RE
     rounded down. No row when nobody can take part, or when the channel noise is infinite
     (c_t = 0 with N0 > 0: nothing is received).
     """
-    import numpy as np
-
-    p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
-                             dtype=np.float64)
-    s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1).numpy(),
-                                              p.shape), dtype=np.float64)
+    p, s2 = _arrays(f)
     ch = _channel_noise(f)
     if not bool((p > 0).any()) or math.isinf(ch):
         return ()
     a, dim = 0.5 * float(f.sensitivity), int(f.dim)
-    rows = _sampling_rows(p.tobytes(), s2.tobytes(), kind)
+    rows = _rows_of(p, s2, kind)
     if kind == "local":
         ch_r = round_variance_down(ch, resolution=resolution.channel)
         return tuple(("l", round_probability_up(pk, resolution=resolution.probability), v, ch_r, a, dim)
@@ -213,21 +243,25 @@ def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution 
 
 
 def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution) -> list[tuple]:
-    import numpy as np
-
     chs = {_channel_noise(f) for f in facts}
     res = Resolution(resolution.channel if len(chs) > 1 else 0.0, 0.0)
     if kind == "local" and resolution.probability > 0:
         ps = set()
         for f in {id(f): f for f in facts}.values():
-            p = np.ascontiguousarray(torch.as_tensor(f.participation_prob).detach().cpu().reshape(-1).numpy(),
-                                     dtype=np.float64)
-            s2 = np.ascontiguousarray(np.broadcast_to(torch.as_tensor(f.noise_var).detach().cpu().reshape(-1)
-                                                      .numpy(), p.shape), dtype=np.float64)
+            p, s2 = _arrays(f)
             if (p > 0).any():
-                ps.update(pk for pk, _ in _sampling_rows(p.tobytes(), s2.tobytes(), "local"))
+                ps.update(pk for pk, _ in _rows_of(p, s2, "local"))
         if len(ps) > 1:
             res = Resolution(res.channel, resolution.probability)
+    if kind == "central":
+        # The others' Poisson-binomial pmfs of the whole run in a few batched recursions
+        # (heterogeneous rounds; uniform ones have binomial laws and skip this).
+        keys = []
+        for f in {id(f): f for f in facts}.values():
+            p, s2 = _arrays(f)
+            if (p > 0).any() and not (bool((p == p[0]).all()) and bool((s2 == s2[0]).all())):
+                keys.extend(k for *_, k, _ in _central_groups(p, s2) if k[0] == "pb")
+        prefetch_poisson_binomial_pmfs([k[1] for k in keys])
     seen: dict[int, tuple] = {}
     return [seen.setdefault(id(f), round_row_keys(f, kind, res)) for f in facts]
 
@@ -266,7 +300,7 @@ def clear_caches() -> None:
     """Forget every cached row epsilon and count law (for timing the uncached path)."""
     _EPS_CACHE.clear()
     _law.cache_clear()
-    _pmf.cache_clear()
+    clear_poisson_binomial_cache()
     _sampling_rows.cache_clear()
 
 

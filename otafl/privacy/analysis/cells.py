@@ -138,7 +138,7 @@ def s_cells(*, participation_prob: torch.Tensor, absent_var: torch.Tensor,
                   mixture_mass=to(mixture, J))
 
 
-def _cell_integral(eps, p, w, s2, a, gauss, cells: SCells):
+def _cell_integral(eps, p, w, s2, a, gauss, cells: SCells, with_lower: bool = True):
     r"""Bounds on eq. (4) from convexity of h in pi; inputs [...], cells [..., J(+1)].
 
     h is convex in pi (the hockey-stick divergence is jointly convex and (P_pi, Q_pi) is
@@ -150,19 +150,18 @@ def _cell_integral(eps, p, w, s2, a, gauss, cells: SCells):
     * lower: h >= the neighbouring cells' chords extended (convexity), and >= p r_j G_j.
     Upper chords use upper bounds of h at both ends; extended chords (one negative
     weight) use the upper bound at the far end and the lower bound at the near end.
+    Without ``with_lower`` the lower bound is left out (None).
     """
     lam = cells.log_odds
     col = lambda t: t.unsqueeze(-1)  # noqa: E731
     h_up, h_lo = mixture_hockey_stick(col(eps), log_odds=lam, absent_var=col(w), present_var=col(w + s2),
-                                      half_sensitivity=col(a))
+                                      half_sensitivity=col(a), lower=with_lower)
     full = torch.isposinf(lam)
     g = col(gauss).expand_as(h_up)
     h_up = torch.where(full, g, h_up)
-    h_lo = torch.where(full, g, h_lo)
     pi = torch.sigmoid(lam)
     log_pi = F.logsigmoid(lam)
     r_up = torch.exp(torch.log(h_up) - log_pi)
-    r_lo = torch.exp(torch.log(h_lo) - log_pi)
     G, M, pc = cells.present_mass, cells.mixture_mass, col(p)
 
     dpi = pi[..., 1:] - pi[..., :-1]
@@ -174,6 +173,10 @@ def _cell_integral(eps, p, w, s2, a, gauss, cells: SCells):
     mono_up = pc * r_up[..., 1:] * G
     cell_up = torch.where(ok, torch.minimum(chord_up, mono_up), mono_up)
     upper = cell_up.clamp(min=0.0).sum(-1)
+    if not with_lower:
+        return upper, None
+    h_lo = torch.where(full, g, h_lo)
+    r_lo = torch.exp(torch.log(h_lo) - log_pi)
 
     # Lower bounds: chord of cell j-1 extended over cell j, chord of cell j+1 extended back.
     b_lo = (h_lo[..., 1:] - h_up[..., :-1]) / safe  # slope through (j, up) -> (j+1, lo)
@@ -197,8 +200,8 @@ def _cell_integral(eps, p, w, s2, a, gauss, cells: SCells):
 def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
                       absent_var: torch.Tensor, own_noise_var: torch.Tensor,
                       half_sensitivity: torch.Tensor, dim: int,
-                      grid: CellGrid = DEFAULT_GRID, cells: SCells | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
+                      grid: CellGrid = DEFAULT_GRID, cells: SCells | None = None, lower: bool = True
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Upper and lower bounds on delta_n(eps) = H_eps(P_n || Q_n), eq. (4).
 
     Parameters
@@ -214,6 +217,7 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     grid : how to build the s cells (d >= 2).
     cells : prebuilt ``s_cells`` for exactly these (p, w, sigma_k^2) rows (shape
         [..., J(+1)] matching the broadcast shape); built on the fly when None.
+    lower : False leaves the lower bound out (None; the upper bound is the same).
 
     Returns
     -------
@@ -225,32 +229,47 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     shape = eps.shape
     eps, p, w, s2, a = (t.reshape(-1) for t in (eps, p, w, s2, a))
     W = w + s2
-    gauss = gaussian_hockey_stick(epsilon=eps, sensitivity=2 * a, noise_std=W.sqrt())  # h(1): Gaussian at W
     point_mass = w <= 0
     never = p <= 0
-    up = p * gauss  # the point-mass case, and p = 1 (pi = 1 everywhere)
-    lo = up.clone()
     todo = ~point_mass & ~never & (p < 1)
     # s is ancillary when both branches have the same variance (or d = 1): a 1-D problem
     # for every d, including the dimension-free limit (dim=None).
     flat = todo & ((s2 == 0) | (dim == 1))
     cell = todo & ~flat & (dim is not None)
-    if bool(flat.any()):
+    # h(1), the Gaussian at W: the point-mass case, p = 1 (pi = 1 everywhere), the
+    # dimension-free limit and the cells' last edge; not needed where the 1-D mixture is.
+    gauss = torch.zeros_like(eps)
+    rest = ~flat
+    if bool(rest.all()):
+        gauss = gaussian_hockey_stick(epsilon=eps, sensitivity=2 * a, noise_std=W.sqrt())
+    elif bool(rest.any()):
+        gauss[rest] = gaussian_hockey_stick(epsilon=eps[rest], sensitivity=2 * a[rest], noise_std=W[rest].sqrt())
+    up = p * gauss
+    lo = up.clone() if lower else None
+    if bool(rest.any()) and bool(flat.any()):
         sel = lambda t: t[flat]  # noqa: E731
         u1, l1 = mixture_hockey_stick(sel(eps), log_odds=torch.logit(sel(p)), absent_var=sel(w),
-                                      present_var=sel(W), half_sensitivity=sel(a))
+                                      present_var=sel(W), half_sensitivity=sel(a), lower=lower)
         up = up.masked_scatter(flat, u1)
-        lo = lo.masked_scatter(flat, l1)
+        if lower:
+            lo = lo.masked_scatter(flat, l1)
+    elif bool(flat.any()):  # every element (eq. (5)'s profiles): no gathers or scatters
+        up, lo = mixture_hockey_stick(eps, log_odds=torch.logit(p), absent_var=w, present_var=W,
+                                      half_sensitivity=a, lower=lower)
     if bool(cell.any()):
-        sel = lambda t: t[cell]  # noqa: E731
+        every = bool(cell.all())  # eq. (1)'s d-dimensional profiles: no gathers or scatters
+        sel = (lambda t: t) if every else (lambda t: t[cell])  # noqa: E731
         if cells is None:
             c = s_cells(participation_prob=sel(p), absent_var=sel(w), own_noise_var=sel(s2), dim=dim, grid=grid)
         else:
-            c = SCells(*(t.expand(*shape, t.shape[-1]).reshape(-1, t.shape[-1])[cell]
+            c = SCells(*(sel(t.expand(*shape, t.shape[-1]).reshape(-1, t.shape[-1]))
                          for t in (cells.log_odds, cells.present_mass, cells.mixture_mass)))
-        u1, l1 = _cell_integral(sel(eps), sel(p), sel(w), sel(s2), sel(a), sel(gauss), c)
-        up = up.masked_scatter(cell, u1)
-        lo = lo.masked_scatter(cell, l1)
+        u1, l1 = _cell_integral(sel(eps), sel(p), sel(w), sel(s2), sel(a), sel(gauss), c, lower)
+        up = u1 if every else up.masked_scatter(cell, u1)
+        if lower:
+            lo = l1 if every else lo.masked_scatter(cell, l1)
     up = torch.where(never, torch.zeros_like(up), up.clamp(max=1.0))
+    if not lower:
+        return up.reshape(shape), None
     lo = torch.where(never, torch.zeros_like(lo), lo)
     return up.reshape(shape), lo.reshape(shape)

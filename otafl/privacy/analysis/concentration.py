@@ -6,6 +6,7 @@ the last dimension indexes users.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -40,9 +41,11 @@ def poisson_binomial_pmf(p: torch.Tensor) -> torch.Tensor:
         out[..., 0] = 1.0
         for j in range(K):
             pj = q[..., j : j + 1]
-            head = out[..., : j + 2]
-            shifted = np.concatenate([np.zeros_like(head[..., :1]), head[..., :-1]], axis=-1)
-            out[..., : j + 2] = (1.0 - pj) * head + pj * shifted
+            # (1 - p_j) pmf(n) + p_j pmf(n - 1) in place: the same products and sums in the
+            # same order as with a shifted copy (entry j + 1 is 0 before), without it.
+            prev = pj * out[..., : j + 1]
+            out[..., : j + 1] *= 1.0 - pj
+            out[..., 1 : j + 2] += prev
         return torch.from_numpy(out)
     K = p.shape[-1]
     batch = p.shape[:-1]
@@ -55,6 +58,45 @@ def poisson_binomial_pmf(p: torch.Tensor) -> torch.Tensor:
         shifted = torch.nn.functional.pad(head[..., :-1], (1, 0))
         pmf[..., :upto] = (1.0 - pj) * head + pj * shifted
     return pmf
+
+
+_PB_CACHE: OrderedDict = OrderedDict()
+_PB_CACHE_SIZE = 2048
+
+
+def cached_poisson_binomial_pmf(p: tuple) -> torch.Tensor:
+    """:func:`poisson_binomial_pmf` of the coins ``p`` (a tuple of floats), [1, K + 1], kept in
+    a module-level LRU of 2048 laws (filled in batches by :func:`prefetch_poisson_binomial_pmfs`)."""
+    hit = _PB_CACHE.get(p)
+    if hit is None:
+        prefetch_poisson_binomial_pmfs([p])
+        hit = _PB_CACHE[p]
+    else:
+        _PB_CACHE.move_to_end(p)
+    return hit
+
+
+def prefetch_poisson_binomial_pmfs(ps) -> None:
+    """The pmfs of the coin tuples ``ps`` not cached yet, in batched recursions by length: the
+    K steps once for a whole run's rounds (channel-aware sampling: each round its own p), not
+    once per round. Each row's arithmetic is that of its pmf on its own (elementwise)."""
+    by: dict[int, list] = {}
+    for p in dict.fromkeys(ps):
+        if p not in _PB_CACHE:
+            by.setdefault(len(p), []).append(p)
+    for group in by.values():
+        for i in range(0, len(group), 256):
+            part = group[i:i + 256]
+            pmfs = poisson_binomial_pmf(torch.tensor(part, dtype=torch.float64))
+            for r, p in enumerate(part):
+                _PB_CACHE[p] = pmfs[r:r + 1].clone()
+    while len(_PB_CACHE) > _PB_CACHE_SIZE:
+        _PB_CACHE.popitem(last=False)
+
+
+def clear_poisson_binomial_cache() -> None:
+    """Forget the cached pmfs of :func:`cached_poisson_binomial_pmf`."""
+    _PB_CACHE.clear()
 
 
 AUTO_DELTA_PRIME_SLACK = 1e-5

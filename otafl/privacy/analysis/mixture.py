@@ -78,10 +78,20 @@ def _ratio_terms(u, eps, cA, cB, iw, iW, a):
     return G, dG
 
 
+def _ratio_value(u, eps, cA, cB, iw, iW, a):
+    """G(u) = L(u) - eps alone (:func:`_ratio_terms` without the derivative, the same
+    operations): where only its sign is read (bracket ends)."""
+    um, up = u - a, u + a
+    A = cA - 0.5 * u * u * iw
+    B = cB - 0.5 * um * um * iW
+    C = cB - 0.5 * up * up * iW
+    return torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
+
+
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
-                         max_iter: int = 200, rtol: float = 1e-13, quick: bool = True
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+                         max_iter: int = 200, rtol: float = 1e-13, quick: bool = True,
+                         lower: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Bounds on h_eps(pi) for (1-pi) N(0, w) + pi N(+a, W) vs (1-pi) N(0, w) + pi N(-a, W).
 
     Eq. (3) of the module docstring with the root u_1 of L(u) = eps bracketed by Newton
@@ -104,9 +114,12 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     :func:`_equal_variances`, certified by the sign of L(u) - eps on both sides of it, and
     the bracketed iteration runs only where that fails (``quick=False``: never skipped).
 
+    ``lower=False`` leaves the lower bound out (returned as None; the upper bound is the
+    same): the profiles and roots of the accountants read the upper bound only.
+
     Returns
     -------
-    upper, lower : [...], float64, lower <= h_eps(pi) <= upper.
+    upper, lower : [...], float64, lower <= h_eps(pi) <= upper (lower None with ``lower=False``).
     """
     eps, lam, w, W, a = torch.broadcast_tensors(*(torch.as_tensor(x, dtype=_DT) for x in
                                                   (eps, log_odds, absent_var, present_var,
@@ -114,18 +127,26 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     shape = eps.shape
     eps, lam, w, W, a = (t.reshape(-1) for t in (eps, lam, w, W, a))
     if quick:
-        got = _equal_variances(eps, lam, w, W, a, rtol)
+        got = _equal_variances(eps, lam, w, W, a, rtol, lower)
         if got is not None:
             sel, upper_q, lower_q = got
+            if sel is None:  # every element certified by the closed form
+                return upper_q.reshape(shape), (lower_q.reshape(shape) if lower else None)
             rest = torch.ones_like(eps, dtype=torch.bool)
             rest[sel] = False
-            upper, lower = torch.empty_like(eps), torch.empty_like(eps)
-            upper[sel], lower[sel] = upper_q, lower_q
+            upper = torch.empty_like(eps)
+            low = torch.empty_like(eps) if lower else None
+            upper[sel] = upper_q
+            if lower:
+                low[sel] = lower_q
             if bool(rest.any()):
-                upper[rest], lower[rest] = mixture_hockey_stick(
+                u_r, l_r = mixture_hockey_stick(
                     eps[rest], log_odds=lam[rest], absent_var=w[rest], present_var=W[rest],
-                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False)
-            return upper.reshape(shape), lower.reshape(shape)
+                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False, lower=lower)
+                upper[rest] = u_r
+                if lower:
+                    low[rest] = l_r
+            return upper.reshape(shape), (low.reshape(shape) if lower else None)
     full = torch.isposinf(lam)
     w = torch.where(full, torch.ones_like(w), w)  # irrelevant where pi = 1; keeps logs finite
     log_pi = F.logsigmoid(lam)
@@ -146,8 +167,8 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     cA = log_1mpi - 0.5 * torch.log(w)
     cB = log_pi - 0.5 * torch.log(W)
     iw, iW = 1.0 / w, 1.0 / W
-    g_lo, _ = _ratio_terms(lo, eps, cA, cB, iw, iW, a)
-    g_hi, _ = _ratio_terms(hi, eps, cA, cB, iw, iW, a)
+    g_lo = _ratio_value(lo, eps, cA, cB, iw, iW, a)
+    g_hi = _ratio_value(hi, eps, cA, cB, iw, iW, a)
     g_lo = g_lo.clamp(max=0.0)
     g_hi = g_hi.clamp(min=0.0)
 
@@ -170,33 +191,39 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     idx = torch.nonzero(~full).reshape(-1)
     par = [t[idx] for t in (eps, cA, cB, iw, iW, a)]
     xs, los, his, gls, ghs = (t[idx] for t in (x, lo, hi, g_lo, g_hi))
+    log_e = torch.log(par[0])  # log eps, compacted with par
     for _ in range(max_iter):
         if idx.numel() == 0:
             break
         G, dG = _ratio_terms(xs, *par)
         pos = G > 0
         upd = torch.isfinite(G)
-        his = torch.where(upd & pos, xs, his)
-        ghs = torch.where(upd & pos, G, ghs)
-        los = torch.where(upd & ~pos, xs, los)
-        gls = torch.where(upd & ~pos, G, gls)
+        up_pos, up_neg = upd & pos, upd & ~pos
+        his = torch.where(up_pos, xs, his)
+        ghs = torch.where(up_pos, G, ghs)
+        los = torch.where(up_neg, xs, los)
+        gls = torch.where(up_neg, G, gls)
         # Newton on log L(u) - log eps (same root and sign where L > 0): L grows like
         # exp(c u^2) where user k's branch is rare, and Newton on L itself then crawls
         # (steps of about 1 / (2 c u)); on its log it converges in a few steps.
         L = G + par[0]
-        step = torch.where((L > 0) & (par[0] > 0), L * (torch.log(L) - torch.log(par[0])) / dG, G / dG)
-        step = torch.where(torch.isfinite(step), step, G / dG)
+        plain = G / dG
+        step = torch.where((L > 0) & (par[0] > 0), L * (torch.log(L) - log_e) / dG, plain)
+        step = torch.where(torch.isfinite(step), step, plain)
         x_new = xs - step
         bad = ~((x_new >= los) & (x_new <= his))
         x_next = torch.where(bad, secant_or_mid(los, his, gls, ghs), x_new)
         tol = rtol * (1.0 + xs.abs())
         now_done = (step.abs() < tol) | (his - los < tol) | (G == 0) | ~torch.isfinite(G)
         if bool(now_done.any()):
-            fin = idx[now_done]
-            x[fin], lo[fin], hi[fin] = xs[now_done], los[now_done], his[now_done]
-            keep = ~now_done
+            # Integer indices once (a boolean mask is turned into indices by every gather).
+            done_i = torch.nonzero(now_done).reshape(-1)
+            keep = torch.nonzero(~now_done).reshape(-1)
+            fin = idx[done_i]
+            x[fin], lo[fin], hi[fin] = xs[done_i], los[done_i], his[done_i]
             idx = idx[keep]
             par = [t[keep] for t in par]
+            log_e = log_e[keep]
             xs, los, his, gls, ghs = x_next[keep], los[keep], his[keep], gls[keep], ghs[keep]
         else:
             xs = x_next
@@ -211,7 +238,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     tau = 4 * rtol * (1.0 + xs.abs())
     for _ in range(40):
         for cand in (xs - tau, xs + tau):
-            G, _ = _ratio_terms(cand, *par)
+            G = _ratio_value(cand, *par)
             inside = (cand > los) & (cand < his)
             los = torch.where(inside & (G <= 0), cand, los)
             his = torch.where(inside & (G > 0), cand, his)
@@ -219,6 +246,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         lo[idx], hi[idx] = los, his
         if not bool(wide.any()):
             break
+        wide = torch.nonzero(wide).reshape(-1)
         idx = idx[wide]
         par = [t[wide] for t in par]
         xs, los, his, tau = xs[wide], los[wide], his[wide], 4 * tau[wide]
@@ -226,15 +254,16 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     lo = torch.where(zero, torch.zeros_like(lo), lo)
     hi = torch.where(zero, torch.zeros_like(hi), hi)
 
-    upper, lower = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a)
-    return upper.reshape(shape), lower.reshape(shape)
+    upper, low = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a, lower)
+    return upper.reshape(shape), (low.reshape(shape) if lower else None)
 
 
-def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a):
+def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a, with_lower: bool = True):
     """Eq. (3) at ``lo`` (a lower bound) and at ``hi`` plus (hi - lo) max pi phi_W(u - a)
-    over the bracket (an upper bound), for any bracket lo <= u_1 <= hi."""
+    over the bracket (an upper bound), for any bracket lo <= u_1 <= hi (lower None
+    without ``with_lower``)."""
     args = (eps, log_pi, log_1mpi, w, W, a)
-    lower = _tail_excess(lo, *args).clamp(min=0.0)
+    lower = _tail_excess(lo, *args).clamp(min=0.0) if with_lower else None
     dist = torch.clamp(torch.maximum(lo - a, a - hi), min=0.0)
     log_slack = (log_pi + torch.log(hi - lo) - dist * dist / (2 * W) - 0.5 * torch.log(W)
                  - _HALF_LOG_2PI)
@@ -242,7 +271,7 @@ def _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, W, a):
     return upper, lower
 
 
-def _equal_variances(eps, lam, w, W, a, rtol):
+def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     """The elements with w = W, pi < 1 and eps > 0 whose closed-form root is certified, and
     their bounds: (index, upper, lower), or None when there are none.
 
@@ -251,11 +280,14 @@ def _equal_variances(eps, lam, w, W, a, rtol):
     (as in :func:`mixture_hockey_stick`'s start). The bracket [x - tau, x + tau], tau =
     4 rtol (1 + |x|) (the reference's final bracket width), is accepted where L - eps <= 0
     at its lower end and > 0 at its upper end; the root is then inside, and
-    :func:`_bracket_bounds` gives the same bounds as the iteration's bracket would."""
-    cand = torch.nonzero((w == W) & ~torch.isposinf(lam) & (eps > 0) & (W > 0) & (a > 0)).reshape(-1)
-    if cand.numel() == 0:
+    :func:`_bracket_bounds` gives the same bounds as the iteration's bracket would. The
+    index is None where every element is (the bounds then in the elements' order)."""
+    mask = (w == W) & ~torch.isposinf(lam) & (eps > 0) & (W > 0) & (a > 0)
+    whole = bool(mask.all())  # every element (eq. (5)'s profiles): no gathers, index None
+    cand = None if whole else torch.nonzero(mask).reshape(-1)
+    if cand is not None and cand.numel() == 0:
         return None
-    e, la, ww, aa = eps[cand], lam[cand], W[cand], a[cand]
+    e, la, ww, aa = (eps, lam, W, a) if whole else (eps[cand], lam[cand], W[cand], a[cand])
     log_pi, log_1mpi = F.logsigmoid(la), F.logsigmoid(-la)
     log_2a = _LOG2 + log_pi - aa * aa / (2 * ww)
     b = log_1mpi + log_expm1(e)
@@ -266,11 +298,15 @@ def _equal_variances(eps, lam, w, W, a, rtol):
     cB = log_pi - 0.5 * torch.log(ww)
     iW = 1.0 / ww
     lo, hi = x - tau, x + tau
-    g_lo, _ = _ratio_terms(lo, e, cA, cB, iW, iW, aa)
-    g_hi, _ = _ratio_terms(hi, e, cA, cB, iW, iW, aa)
+    g_lo = _ratio_value(lo, e, cA, cB, iW, iW, aa)
+    g_hi = _ratio_value(hi, e, cA, cB, iW, iW, aa)
     ok = torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
+    if bool(ok.all()):
+        upper, lower = _bracket_bounds(lo, hi, e, log_pi, log_1mpi, ww, ww, aa, with_lower)
+        return cand, upper, lower
     if not bool(ok.any()):
         return None
     sub = lambda t: t[ok]  # noqa: E731
-    upper, lower = _bracket_bounds(sub(lo), sub(hi), sub(e), sub(log_pi), sub(log_1mpi), sub(ww), sub(ww), sub(aa))
-    return cand[ok], upper, lower
+    upper, lower = _bracket_bounds(sub(lo), sub(hi), sub(e), sub(log_pi), sub(log_1mpi), sub(ww), sub(ww), sub(aa),
+                                   with_lower)
+    return (torch.nonzero(ok).reshape(-1) if cand is None else cand[ok]), upper, lower

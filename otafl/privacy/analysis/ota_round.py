@@ -108,8 +108,11 @@ def _total_params(spec: RoundSpec, total: TotalLaw):
 
 
 def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID,
-                conditioning: str = "best") -> RoundCells:
-    """Build the eps-independent s cells of a round once (reused by every eps)."""
+                conditioning: str = "best", lower: bool = True) -> RoundCells:
+    """Build the eps-independent s cells of a round once (reused by every eps).
+
+    ``lower=False``: the cells at n_last (read by the lower bound only) are not built
+    (``last`` is None where they would differ from ``first``)."""
     if spec.dim is None or spec.dim == 1:
         return RoundCells(None, None)
     p, s2, _, w_first, w_last = _round_params(spec)
@@ -126,19 +129,24 @@ def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID,
     first = last = None
     if conditioning in ("best", "others"):
         first = build(p, w_first, s2)
-        last = first if torch.equal(spec.law.n_first, spec.law.n_last) else build(p, w_last, s2)
+        if torch.equal(spec.law.n_first, spec.law.n_last):
+            last = first
+        elif lower:
+            last = build(p, w_last, s2)
     total = total_count_law(spec.law, spec.participation_prob) if conditioning in ("best", "total") else None
     tcells = None
     if total is not None:
         share, w, extra = _total_params(spec, total)
-        if bool((extra > 0).any()):
+        # Cells only where some count has 0 < pi_m < 1 with extra noise: at pi_m in {0, 1}
+        # (local rows: m = 0 or 1) conditional_delta reads no cells.
+        if bool(((extra > 0) & (share > 0) & (share < 1)).any()):
             tcells = build(share, w, extra)
     return RoundCells(first, last, tcells)
 
 
 def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
-                cells: RoundCells | None = None, conditioning: str = "best"
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                cells: RoundCells | None = None, conditioning: str = "best", lower: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Bounds on the round's profile by joint convexity, eq. (1) and eq. (5).
 
     Parameters
@@ -149,6 +157,8 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     cells : ``round_cells(spec, grid)``, to reuse across calls.
     conditioning : "others" (reveal n, eq. 1), "total" (reveal m, eq. 5) or "best" (the
         smaller of the two; both are upper bounds on the same delta).
+    lower : False leaves the lower bound out (None; the upper bound is the same, at less
+        cost: profiles and roots read the upper bound only).
 
     Returns
     -------
@@ -164,7 +174,7 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     if squeeze:
         eps = eps[:, None]
     if cells is None:
-        cells = round_cells(spec, grid, conditioning)
+        cells = round_cells(spec, grid, conditioning, lower)
     B, E = eps.shape[0], eps.shape[1]
     cell_count = max((c.log_odds.shape[-1] for c in (cells.first, cells.total) if c is not None), default=1)
     per_row = E * (spec.law.weight.shape[1] + 1) * cell_count
@@ -173,41 +183,47 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
         step = max(1, _MAX_ELEMENTS // per_row)
         parts = [round_delta(eps[i:i + step], take_rows(spec, torch.arange(i, min(B, i + step))),
                              cells=take_cells(cells, torch.arange(i, min(B, i + step))),
-                             conditioning=conditioning) for i in range(0, B, step)]
-        upper, lower = torch.cat([u for u, _ in parts]), torch.cat([lo for _, lo in parts])
-        return (upper[:, 0], lower[:, 0]) if squeeze else (upper, lower)
+                             conditioning=conditioning, lower=lower) for i in range(0, B, step)]
+        up_all = torch.cat([u for u, _ in parts])
+        lo_all = torch.cat([lo for _, lo in parts]) if lower else None
+        if squeeze:
+            return up_all[:, 0], (lo_all[:, 0] if lower else None)
+        return up_all, lo_all
+    want_lower = lower
     law = spec.law
     p, s2, a, w_first, w_last = _round_params(spec)
     e = eps[:, :, None]
     upper = lower = None
     if conditioning in ("best", "others"):
         up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
-                                   half_sensitivity=a, dim=spec.dim, cells=cells.first)
-        if cells.last is not cells.first:
+                                   half_sensitivity=a, dim=spec.dim, cells=cells.first, lower=want_lower)
+        if want_lower and cells.last is not cells.first:
             _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last,
                                       own_noise_var=s2, half_sensitivity=a, dim=spec.dim,
                                       cells=cells.last)
         wgt = law.weight[:, None, :]
         upper = ((wgt * up).sum(-1) + law.dropped[:, None]).clamp(max=1.0)
-        lower = (wgt * lo).sum(-1)
+        lower = (wgt * lo).sum(-1) if want_lower else None
     total = total_count_law(spec.law, spec.participation_prob) if conditioning in ("best", "total") else None
     if total is not None:
         share, w, extra = _total_params(spec, total)
         up, lo = conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=extra,
-                                   half_sensitivity=a, dim=spec.dim, cells=cells.total)
+                                   half_sensitivity=a, dim=spec.dim, cells=cells.total, lower=want_lower)
         wgt = total.weight[:, None, :]
         t_up = ((wgt * up).sum(-1) + total.dropped[:, None]).clamp(max=1.0)
-        t_lo = (wgt * lo).sum(-1)
         if spec.total_ok is not None:  # rows where eq. (5) does not hold: the trivial bound 1
             t_up = torch.where(spec.total_ok[:, None], t_up, torch.ones_like(t_up))
-            t_lo = torch.where(spec.total_ok[:, None], t_lo, torch.ones_like(t_lo))
         upper = t_up if upper is None else torch.minimum(upper, t_up)
-        lower = t_lo if lower is None else torch.minimum(lower, t_lo)
+        if want_lower:
+            t_lo = (wgt * lo).sum(-1)
+            if spec.total_ok is not None:
+                t_lo = torch.where(spec.total_ok[:, None], t_lo, torch.ones_like(t_lo))
+            lower = t_lo if lower is None else torch.minimum(lower, t_lo)
     elif upper is None:
         raise OtaflInputError("conditioning = 'total' needs the law of n per count "
                               "(fewer than 1 / block_rel_width users)")
     if squeeze:
-        return upper[:, 0], lower[:, 0]
+        return upper[:, 0], (lower[:, 0] if want_lower else None)
     return upper, lower
 
 
@@ -261,7 +277,8 @@ def with_dim(spec: RoundSpec, dim: int | None) -> RoundSpec:
 
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
-                  xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None, slack: float = 1e-3) -> torch.Tensor:
+                  xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None, slack: float = 1e-3,
+                  first_step=None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
     The profile is non-increasing and convex in eps, so the root of
@@ -281,6 +298,9 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     conditioning : "best", "others" (eq. 1) or "total" (eq. 5).
     upper_hint : [B] or None, a point where the target is expected to be met (the
         bracket is searched downward from it; a wrong hint only costs evaluations).
+    first_step : [B] or None, with ``upper_hint``: the relative distance below the hint of
+        the first point tried (default ``xtol``; then 16x farther each time the target is
+        still met). Where the root's distance is predicted, a bracket in one evaluation.
     slack : with "best", eq. (1) is solved only where it could lower eq. (5)'s eps by more
         than this fraction (estimated from eq. (5)'s log-slope); 0 solves it wherever it wins.
 
@@ -304,12 +324,13 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
             _, low1 = round_delta(probe, with_dim(spec, 1), conditioning="others")
             rest = torch.nonzero(~(torch.isfinite(e_t) & (low1 > t))).reshape(-1)
         need = rest[:0]
+        first = torch.full((B,), xtol, dtype=_DT, device=dev)  # the hinted solve's first step down
         if rest.numel():
             # Eq. (1) at eq. (5)'s eps, its law of n in blocks over which the absent variance
             # grows by at most 0.2 % (an upper bound: each block charged at its smallest n):
             # at K = 10^4 a few dozen blocks instead of ~700 counts, each with its own cells.
             d_o, _ = round_delta(probe[rest], lumped(take_rows(spec, rest), CHECK_LUMP), grid=grid,
-                                 conditioning="others")
+                                 conditioning="others", lower=False)
             need = rest[(d_o <= t[rest]) | ~torch.isfinite(e_t[rest])]
             fin = need[torch.isfinite(e_t[need]) & (e_t[need] > 0)]
             if slack > 0 and fin.numel():
@@ -317,21 +338,26 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                 # where it is no more than ``slack`` of the epsilon keep eq. (5)'s (a sound
                 # bound either way; the d-dimensional solve costs ~10x the 1-D one).
                 h = 0.01 * e_t[fin]
-                below, _ = round_delta(e_t[fin] - h, take_rows(spec, fin), grid=grid, conditioning="total")
+                below, _ = round_delta(e_t[fin] - h, take_rows(spec, fin), grid=grid, conditioning="total",
+                                       lower=False)
                 slope = (torch.log(below) - log_t[fin]) / h
                 d_fin = d_o[torch.searchsorted(rest, fin)]
                 saved = torch.log(t[fin] / d_fin.clamp(min=1e-300)) / slope.clamp(min=1e-300)
                 skip = fin[saved <= slack * e_t[fin]]
                 need = need[~torch.isin(need, skip)]
+                # Eq. (1)'s root is about ``saved`` below e_t (eq. (5)'s slope): the first
+                # point tried 1.5 saved below, which brackets it at once when the estimate holds.
+                first[fin] = (1.5 * saved / e_t[fin]).nan_to_num(nan=xtol).clamp(min=xtol, max=0.5)
         for rows, hinted in ((need[torch.isfinite(e_t[need])], True), (need[~torch.isfinite(e_t[need])], False)):
             if rows.numel():  # eq. (1) where it can win: from below eq. (5)'s eps, or from scratch
                 e_o = round_epsilon(t[rows], take_rows(spec, rows), conditioning="others",
-                                    upper_hint=probe[rows] if hinted else None, **kw)
+                                    upper_hint=probe[rows] if hinted else None,
+                                    first_step=first[rows] if hinted else None, **kw)
                 e_t[rows] = torch.minimum(e_t[rows], e_o)
         return e_t
     if conditioning == "best":
         conditioning = "others"
-    cells = round_cells(spec, grid, conditioning)
+    cells = round_cells(spec, grid, conditioning, lower=False)
     everyone = torch.arange(B, device=dev)
 
     def f(x, rows=everyone):
@@ -341,7 +367,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         whole = rows.numel() == B
         sub = spec if whole else take_rows(spec, rows)
         c = cells if whole else take_cells(cells, rows)
-        up, _ = round_delta(x, sub, cells=c, conditioning=conditioning)
+        up, _ = round_delta(x, sub, cells=c, conditioning=conditioning, lower=False)
         return torch.log(up) - log_t[rows]
 
     def update(mask, values, fn, x):
@@ -368,7 +394,8 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         # (eq. (1) barely better than eq. (5)) is then bracketed in two evaluations.
         hi = torch.as_tensor(upper_hint, dtype=_DT, device=dev).expand(B).clone()
         f_hi = f(hi)
-        frac = torch.full_like(hi, xtol)
+        frac = torch.full_like(hi, xtol) if first_step is None else \
+            torch.as_tensor(first_step, dtype=_DT, device=dev).expand(B).clone()
         lo = hi * (1 - frac)
         f_lo = f(lo)
         for _ in range(64):

@@ -139,7 +139,8 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
     up = upper.clone() if upper is not None else total_upper(eps, spec, max_elements)
     if spec.dim is None or spec.dim <= 1:
         low = torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E),
-                                     take_rows(spec, torch.arange(s, min(R, s + rows))), conditioning="others")[0]
+                                     take_rows(spec, torch.arange(s, min(R, s + rows))), conditioning="others",
+                                     lower=False)[0]
                          for s in range(0, R, rows)])
         return torch.minimum(up, low)
     def d1_lower(e):  # eq. (1) in d = 1, a lower bound on eq. (1) in d dimensions; e [R, E']
@@ -211,7 +212,7 @@ def total_upper(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18)
     R, E, N = spec.participation_prob.shape[0], eps.numel(), spec.law.weight.shape[1]
     rows = max(1, max_elements // max(1, E * (N + 1)))
     return torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E), take_rows(spec, torch.arange(s, min(R, s + rows))),
-                                  conditioning="total")[0] for s in range(0, R, rows)])
+                                  conditioning="total", lower=False)[0] for s in range(0, R, rows)])
 
 
 def others_floor(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18) -> torch.Tensor:
@@ -263,9 +264,9 @@ def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: 
     for s in range(0, len(rows), step):
         idx = rows[s:s + step]
         sub = take_rows(spec, idx)
-        cells = round_cells(sub, grid, "others")
+        cells = round_cells(sub, grid, "others", lower=False)
         e = eps.expand(len(idx), E) if eps.dim() == 1 else eps[s:s + step]
-        out.append(torch.cat([round_delta(e[:, i:i + cols], sub, cells=cells, conditioning="others")[0]
+        out.append(torch.cat([round_delta(e[:, i:i + cols], sub, cells=cells, conditioning="others", lower=False)[0]
                               for i in range(0, E, cols)], dim=1))
     return torch.cat(out) if out else torch.empty(0, E, dtype=_DT)
 

@@ -89,9 +89,11 @@ def _self_compose_dense(pmf, num_times: int, tail: float = 1e-15):
     probs = pmf._probs  # noqa: SLF001
     lo, hi = _self_convolve_bounds(probs, num_times, tail)
     out_len = hi - lo + 1
-    fast = fft.next_fast_len(max(out_len, len(probs)))
+    fast = fft.next_fast_len(max(out_len, len(probs)), real=True)
     with np.errstate(over="ignore", invalid="ignore"):
-        conv = np.real(fft.ifft(fft.fft(probs, fast) ** num_times))
+        # Real FFTs (the pmf is real): the same circular power as dp_accounting's complex
+        # fft / ifft, at about half the cost.
+        conv = fft.irfft(fft.rfft(probs, fast) ** num_times, fast)
     out = np.array(np.roll(conv, -lo)[:out_len])
     inf_prob = tail - math.expm1(num_times * math.log1p(-pmf._infinity_mass))  # noqa: SLF001
     return DensePLDPmf(pmf._discretization, pmf._lower_loss * num_times + lo, out, inf_prob,  # noqa: SLF001
@@ -130,8 +132,19 @@ def _cut(probs, discretization: float, lower_loss: int, infinity_mass: float, ta
     half = tail / 2
 
     def prefix(arr):  # the first index whose prefix sum exceeds half (len(arr) if none)
-        over = np.cumsum(arr) > half
-        return int(over.argmax()) if over.any() else len(arr)
+        # Cumulative sums over growing windows from the end cut: the cut is usually within a
+        # few hundred points of it, so the whole array is rarely summed.
+        start, size, n = 0, 256, len(arr)
+        acc = 0.0
+        while start < n:
+            part = np.cumsum(arr[start:start + size]) + acc
+            over = part > half
+            if over.any():
+                return start + int(over.argmax())
+            acc = float(part[-1])
+            start += size
+            size *= 4
+        return n
 
     left, right = prefix(probs), len(probs) - prefix(probs[::-1])
     right = max(right, left + 1)
