@@ -6,7 +6,6 @@ slices are the parameters' ``.grad`` and takes one optimizer step (docs/model.md
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 
