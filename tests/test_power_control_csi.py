@@ -83,7 +83,7 @@ def test_every_policy_with_estimated_csi_runs_and_is_accounted(policy):
 
 @pytest.mark.parametrize("policy", sorted(POWER_CONTROLS))
 def test_a_short_audit_of_every_policy_with_estimated_csi_stays_below_every_accountant(policy):
-    spec, audit = load_audit_spec(POWER, [f"transmit.power_control='{policy}'", *PILOT, "audit.trials=2000",
+    spec, audit = load_audit_spec(POWER, [f"transmit.power_control='{policy}'", *PILOT, "audit.trials=500",
                                           "audit.seed=1"])
     result = audit_run_checked(spec, audit)
     assert result["rounds"] == 3
