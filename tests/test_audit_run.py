@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from audit_checks import assert_sound
 from click.testing import CliRunner
 
 from otafl.api.audit_run import SUMDOM, audit_run
@@ -37,20 +38,6 @@ def _gaussian_eps(mu: float, delta: float) -> float:
 
     f = lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta  # noqa: E731
     return brentq(f, 0.0, 60.0)
-
-
-def _assert_sound(result: dict, skip: tuple[str, ...] = ()) -> None:
-    """The audit's lower bounds (fitted and threshold) stay below every accountant's claim."""
-    assert result["accountants"], result
-    for name, row in result["accountants"].items():
-        if name in skip:
-            continue
-        assert row["epsilon_lower"] is not None
-        ci = row["epsilon_lower_threshold_ci"]
-        assert row["epsilon_lower_threshold"] == ci[0] <= ci[1]
-        assert row["epsilon_lower"] <= row["epsilon"], (name, row)
-        assert row["epsilon_lower_threshold"] <= row["epsilon"], (name, row)
-        assert not row["exceeded"]
 
 
 def test_empirical_epsilon_is_below_the_gaussian_truth_and_close_to_it():
@@ -146,7 +133,7 @@ SOUND_CASES = [
 def test_a_short_audit_never_exceeds_any_accountant(path, overrides):
     spec, audit = load_audit_spec(path, overrides + ["audit.trials=1000", "audit.seed=1"])
     result = audit_run(spec, audit)
-    _assert_sound(result)
+    assert_sound(result)
     assert result["rounds"] == spec.train.rounds and result["unit"] in ("user", "record")
 
 
@@ -197,14 +184,14 @@ def test_noise_cancelling_co_users_beat_sum_domination_and_stay_below_the_sound_
     if SUMDOM not in ACCOUNTANTS:
         pytest.skip("steps-sumdom is not registered yet: the sound `steps` has not landed")
     assert result["epsilon_lower"] <= upper["steps"]
-    _assert_sound(result, skip=(SUMDOM,))
+    assert_sound(result, skip=(SUMDOM,))
 
 
 @pytest.mark.slow
 def test_the_ota_audit_reaches_eighty_percent_of_exact():
     spec, audit = load_audit_spec(OTA)
     result = audit_run(spec, audit)
-    _assert_sound(result)
+    assert_sound(result)
     assert result["fit"] == "gdp" and result["epsilon_lower"] >= 0.8 * result["upper"]["exact"]
 
 
@@ -212,7 +199,7 @@ def test_the_ota_audit_reaches_eighty_percent_of_exact():
 def test_the_hidden_sampling_audit_reaches_half_of_exact():
     spec, audit = load_audit_spec(HIDDEN)
     result = audit_run(spec, audit)
-    _assert_sound(result)
+    assert_sound(result)
     assert result["fit"] == "sampled-gaussian" and result["epsilon_lower"] >= 0.5 * result["upper"]["exact"]
 
 
@@ -223,7 +210,7 @@ def test_scaffold_with_its_warm_start_is_audited_over_the_run_close_to_the_sound
     reaches 80% of it."""
     spec, audit = load_audit_spec(WARM)
     result = audit_run(spec, audit)
-    _assert_sound(result, skip=(SUMDOM,))
+    assert_sound(result, skip=(SUMDOM,))
     assert result["transmissions"] == 2 and result["meta"]["warm_start"] and result["fit"] == "gdp"
     assert result["upper"]["steps"] == pytest.approx(8.385, abs=2e-3)
     assert result["epsilon_lower"] >= 0.8 * result["upper"]["steps"]
@@ -254,4 +241,4 @@ def test_a_long_audit_never_exceeds_any_accountant(path, overrides):
     result = audit_run(spec, audit)
     if spec.train.algorithm != "fedsgd" and "audit.co_users='null'" not in overrides and SUMDOM not in ACCOUNTANTS:
         pytest.skip("noise-cancelling co-users exceed the sum-dominated steps until the sound one lands")
-    _assert_sound(result, skip=(SUMDOM,))
+    assert_sound(result, skip=(SUMDOM,))
