@@ -109,10 +109,10 @@ def test_a_user_whose_estimate_is_not_positive_stays_silent_and_the_rest_align()
 def test_a_round_not_taken_from_the_runs_channel_is_refused():
     H = torch.rand(3, 4, dtype=F64) + 0.1
     gains = KnownGains(H, H + 0.01)
-    assert torch.equal(gains(H[2]), H[2] + 0.01)
-    assert torch.equal(gains(H[1].clone()), H[1] + 0.01)  # found by value
+    assert torch.equal(gains.rows(H[2])[0], H[2] + 0.01)
+    assert torch.equal(gains.rows(H[1].clone())[0], H[1] + 0.01)  # found by value
     with pytest.raises(OtaflInputError, match="row of the run's channel"):
-        gains(torch.zeros(4, dtype=F64))
+        gains.rows(torch.zeros(4, dtype=F64))
 
 
 def _truth(k, eps, p, s2, r, ch, a, *, local=False):

@@ -108,10 +108,6 @@ class KnownGains:
         raise OtaflInputError("channel.csi = 'estimated': a round's gains must be a row of the run's channel "
                               f"(found {same.numel()} matching rounds)")
 
-    def __call__(self, h: Tensor) -> Tensor:
-        """h_hat_t for the round whose gains are ``h`` (:meth:`row`)."""
-        return self.estimates[self.row(h)]
-
     def rows(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(h_hat_t, finite_t, usable_t) for the round whose gains are ``h``: views of the run's
         [T, K] tensors (:func:`usable_gains`)."""
