@@ -233,10 +233,6 @@ def _validate_aggregation_accountants(spec: Spec) -> None:
             "orthogonal access shows the server who transmits; use ['digital'] (the default of a digital run)")
 
 
-CSI_REFUSED_ACCOUNTANTS = ("steps", "steps-sumdom", "digital")
-"""Accountants that do not read the gain mismatch of estimated CSI (docs/privacy/csi.md#csi)."""
-
-
 def _validate_csi(spec: Spec, models) -> None:
     """``channel.csi`` and its error level: exactly one of ``pilot_snr_db`` or ``csi_error_var``
     with ``estimated``, neither with ``perfect``; estimated CSI only over the air with FedSGD,
@@ -261,7 +257,9 @@ def _validate_csi(spec: Spec, models) -> None:
     if spec.train.algorithm != "fedsgd":  # local steps are accounted by `steps`, which does not read the mismatch
         raise OtaflInputError(f"channel.csi = 'estimated' needs train.algorithm = 'fedsgd' (found "
                               f"{spec.train.algorithm!r}: its steps accountant does not read the gain mismatch)")
-    refused = [a for a in as_list(spec.privacy.accountants) if a in CSI_REFUSED_ACCOUNTANTS]
+    from otafl.privacy.accountants.registry import CSI_ACCOUNTANTS
+
+    refused = [a for a in as_list(spec.privacy.accountants) if a not in CSI_ACCOUNTANTS]
     if refused:
         raise OtaflInputError(f"privacy.accountants = {refused!r} is outside the allowed range for channel.csi = "
                               "'estimated' (exact, tight, paper read the gain mismatch; these do not)")

@@ -36,6 +36,7 @@ from typing import Sequence
 import torch
 
 from otafl.errors import OtaflInputError
+from otafl.privacy.accountants.registry import CSI_ACCOUNTANTS
 from otafl.privacy.facts import RoundFacts
 
 __all__ = ["CSI_ACCOUNTANTS", "exact_keys", "has_mismatch", "others_scale", "refuse_unless_supported",
@@ -48,8 +49,6 @@ higher one) instead of eq. (1)'s d-dimensional cells. Eq. (5) is out in such rou
 cells cost about 20 s a round at d = 7850 (K = 200) on a 2-core machine, where the norm of the
 output reveals participation anyway (measured: docs/privacy/csi.md#csi-cost)."""
 
-CSI_ACCOUNTANTS = ("exact", "tight", "paper")
-"""The accountants that read the gain mismatch of estimated CSI."""
 
 
 def has_mismatch(facts: RoundFacts | Sequence[RoundFacts]) -> bool:

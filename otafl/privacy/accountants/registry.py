@@ -16,7 +16,7 @@ from otafl.errors import OtaflInputError
 if TYPE_CHECKING:
     from otafl.privacy.accountants.base import RoundBound
 
-__all__ = ["Accountant", "ACCOUNTANTS", "STEPS_ACCOUNTANTS", "get_accountant"]
+__all__ = ["Accountant", "ACCOUNTANTS", "CSI_ACCOUNTANTS", "STEPS_ACCOUNTANTS", "get_accountant"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,10 @@ ACCOUNTANTS: dict[str, Accountant] = {
 STEPS_ACCOUNTANTS = {"steps": "last-step", "steps-sumdom": "sum"}
 """The accountants of local DP-SGD steps and the noise each credits (``credit`` of
 :func:`~otafl.privacy.accountants.steps.steps_round`); they take the steps' keywords."""
+
+CSI_ACCOUNTANTS = ("exact", "tight", "paper")
+"""The accountants that read estimated CSI's gain mismatch (:mod:`otafl.privacy.csi`); the others
+are refused with ``channel.csi = "estimated"`` (docs/privacy/csi.md#csi)."""
 
 
 def get_accountant(name: str) -> Accountant:
