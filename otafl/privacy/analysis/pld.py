@@ -143,16 +143,12 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
                                      lower=False)[0]
                          for s in range(0, R, rows)])
         return torch.minimum(up, low)
-    def d1_lower(e):  # eq. (1) in d = 1, a lower bound on eq. (1) in d dimensions; e [R, E']
-        return torch.cat([round_delta(e[s:s + rows], take_rows(with_dim(spec, 1), torch.arange(s, min(R, s + rows))),
-                                      conditioning="others")[1] for s in range(0, R, rows)])
-
     if others == "skip":
         cand = torch.nonzero(~spec.total_ok).reshape(-1) if spec.total_ok is not None else torch.arange(0)
     elif probe_delta is None:
-        cand = torch.nonzero((d1_lower(eps.expand(R, E)) < up).any(1)).reshape(-1)
+        cand = torch.nonzero((_d1_lower(eps.expand(R, E), spec, rows) < up).any(1)).reshape(-1)
     else:
-        cand, at, up_at, slope = _probe(eps, spec, up, probe_delta, slack, d1_lower)
+        cand, at, up_at, slope = _probe(eps, spec, up, probe_delta, slack, rows)
         if cand.numel():
             d_probe = _others_upper(eps[at[cand]][:, None], spec, cand, grid, max_elements, lump)[:, 0]
             saved = torch.log(up_at[cand] / d_probe) / slope[cand]
@@ -173,7 +169,15 @@ def round_profile(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAUL
     return up
 
 
-def _probe(eps, spec, up, probe_delta, slack, d1_lower):
+def _d1_lower(e: torch.Tensor, spec: RoundSpec, rows: int) -> torch.Tensor:
+    """Eq. (1) in d = 1, a lower bound on eq. (1) in d dimensions (u alone is a projection of the
+    output), for every row of ``spec`` at its own points ``e`` [R, E'], ``rows`` rows at a time."""
+    R, one = e.shape[0], with_dim(spec, 1)
+    return torch.cat([round_delta(e[s:s + rows], take_rows(one, torch.arange(s, min(R, s + rows))),
+                                  conditioning="others")[1] for s in range(0, R, rows)])
+
+
+def _probe(eps, spec, up, probe_delta, slack, rows):
     """Rows where eq. (1)'s d = 1 lower bound could save more than ``slack`` of eq. (5)'s
     epsilon at the probe point (the first point where eq. (5) is <= ``probe_delta``), and
     (probe index, eq. (5) there, eq. (5)'s log-slope there) per row."""
@@ -181,7 +185,7 @@ def _probe(eps, spec, up, probe_delta, slack, d1_lower):
     below = up <= probe_delta
     at = torch.where(below.any(1), below.to(torch.int8).argmax(1), torch.full((R,), E - 1))
     up_at = up.gather(1, at[:, None])[:, 0]
-    low_at = d1_lower(eps[at][:, None])[:, 0]
+    low_at = _d1_lower(eps[at][:, None], spec, rows)[:, 0]
     prev = (at - 1).clamp(min=0)
     # The epsilon eq. (1) could save at the probe, from eq. (5)'s log-slope there.
     slope = (torch.log(up[torch.arange(R), prev]) - torch.log(up_at)) / (eps[at] - eps[prev]).clamp(min=1e-300)
@@ -196,14 +200,8 @@ def probe_rows(eps: torch.Tensor, spec: RoundSpec, up: torch.Tensor, probe_delta
     """The rows of ``spec`` where :func:`round_profile` (with ``probe_delta``) may use eq. (1)
     in d dimensions: its d = 1 lower bound saves more than ``slack`` at the probe. ``up``:
     eq. (5) at ``eps`` [R, E]. Index tensor."""
-    R, N = spec.participation_prob.shape[0], spec.law.weight.shape[1]
-    rows = max(1, max_elements // max(1, N + 1))
-
-    def d1_lower(e):
-        return torch.cat([round_delta(e[s:s + rows], take_rows(with_dim(spec, 1), torch.arange(s, min(R, s + rows))),
-                                      conditioning="others")[1] for s in range(0, R, rows)])
-
-    return _probe(eps, spec, up, probe_delta, slack, d1_lower)[0]
+    rows = max(1, max_elements // max(1, spec.law.weight.shape[1] + 1))
+    return _probe(eps, spec, up, probe_delta, slack, rows)[0]
 
 
 def total_upper(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18) -> torch.Tensor:
@@ -220,10 +218,7 @@ def others_floor(eps: torch.Tensor, spec: RoundSpec, max_elements: int = 1 << 18
     eq. (1) upper bound can be below it (u alone is a projection of the output). Not a bound
     on delta; used to screen where eq. (1) could help. [R, E]."""
     R, E, N = spec.participation_prob.shape[0], eps.numel(), spec.law.weight.shape[1]
-    rows = max(1, max_elements // max(1, E * (N + 1)))
-    one = with_dim(spec, 1)
-    return torch.cat([round_delta(eps.expand(min(R, s + rows) - s, E), take_rows(one, torch.arange(s, min(R, s + rows))),
-                                  conditioning="others")[1] for s in range(0, R, rows)])
+    return _d1_lower(eps.expand(R, E), spec, max(1, max_elements // max(1, E * (N + 1))))
 
 
 def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: CellGrid,
