@@ -140,10 +140,15 @@ def _arrays(f: RoundFacts):
     return p, s2
 
 
+def _uniform(p, s2) -> bool:
+    """Whether every user of a round has the same p and sigma^2 (the arrays of :func:`_arrays`)."""
+    return bool(p.size) and bool((p == p[0]).all()) and bool((s2 == s2[0]).all())
+
+
 def _rows_of(p, s2, kind: str) -> tuple:
     """:func:`_sampling_rows` of the arrays, keyed by (K, p, sigma^2) where every user has the
     same p and sigma^2 (a uniform round: no K-long bytes to hash per round), else by the bytes."""
-    if p.size and bool((p == p[0]).all()) and bool((s2 == s2[0]).all()):
+    if _uniform(p, s2):
         return _sampling_rows(("uniform", int(p.size), float(p[0]), float(s2[0])), None, kind)
     return _sampling_rows(p.tobytes(), s2.tobytes(), kind)
 
@@ -259,7 +264,7 @@ def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution
         keys = []
         for f in {id(f): f for f in facts}.values():
             p, s2 = _arrays(f)
-            if (p > 0).any() and not (bool((p == p[0]).all()) and bool((s2 == s2[0]).all())):
+            if (p > 0).any() and not _uniform(p, s2):
                 keys.extend(k for *_, k, _ in _central_groups(p, s2) if k[0] == "pb")
         prefetch_poisson_binomial_pmfs([k[1] for k in keys])
     seen: dict[int, tuple] = {}
