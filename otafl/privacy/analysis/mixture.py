@@ -63,14 +63,18 @@ def _tail_excess(u, eps, log_pi, log_1mpi, w, W, a):
     return exp_diff(log_pos, torch.logaddexp(log_neg1, log_neg0))
 
 
-def _ratio_terms(u, eps, cA, cB, iw, iW, a):
-    """G(u) = L(u) - eps and dG/du from precomputed constants (cA = log(1 - pi) - log(w) / 2,
-    cB = log(pi) - log(W) / 2, iw = 1 / w, iW = 1 / W): :func:`_likelihood_ratio` with
-    fewer temporaries (the Newton loop's kernel)."""
+def _exponents(u, cA, cB, iw, iW, a):
+    """The log-densities A (absent branch), B (present, +a) and C (present, -a) at ``u`` from the
+    precomputed constants (cA = log(1 - pi) - log(w) / 2, cB = log(pi) - log(W) / 2, iw = 1 / w,
+    iW = 1 / W), and u - a, u + a."""
     um, up = u - a, u + a
-    A = cA - 0.5 * u * u * iw
-    B = cB - 0.5 * um * um * iW
-    C = cB - 0.5 * up * up * iW
+    return cA - 0.5 * u * u * iw, cB - 0.5 * um * um * iW, cB - 0.5 * up * up * iW, um, up
+
+
+def _ratio_terms(u, eps, cA, cB, iw, iW, a):
+    """G(u) = L(u) - eps and dG/du (:func:`_likelihood_ratio` with fewer temporaries: the Newton
+    loop's kernel)."""
+    A, B, C, um, up = _exponents(u, cA, cB, iw, iW, a)
     G = torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
     sAB = torch.sigmoid(A - B)
     sAC = torch.sigmoid(A - C)
@@ -79,12 +83,9 @@ def _ratio_terms(u, eps, cA, cB, iw, iW, a):
 
 
 def _ratio_value(u, eps, cA, cB, iw, iW, a):
-    """G(u) = L(u) - eps alone (:func:`_ratio_terms` without the derivative, the same
-    operations): where only its sign is read (bracket ends)."""
-    um, up = u - a, u + a
-    A = cA - 0.5 * u * u * iw
-    B = cB - 0.5 * um * um * iW
-    C = cB - 0.5 * up * up * iW
+    """G(u) = L(u) - eps alone (:func:`_ratio_terms` without the derivative): where only its sign
+    is read (bracket ends)."""
+    A, B, C, _, _ = _exponents(u, cA, cB, iw, iW, a)
     return torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
 
 
