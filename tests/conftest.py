@@ -20,9 +20,6 @@ SLOW_FIRST = (
     "test_docs.py::test_every_console_block_of_a_page_with_slow_blocks_prints_what_it_quotes[docs/guides/bounds.md]",
     "test_docs.py::test_every_console_block_of_a_page_with_slow_blocks_prints_what_it_quotes[docs/guides/digital.md]",
     "test_docs.py::test_every_console_block_of_a_page_with_slow_blocks_prints_what_it_quotes[docs/guides/power-control.md]",
-    "test_audit_run.py::test_noise_cancelling_co_users_beat_sum_domination_and_stay_below_the_sound_steps",  # 81 s
-    "test_audit_run.py::test_the_hidden_sampling_audit_reaches_half_of_exact",
-    "test_audit_run.py::test_the_ota_audit_reaches_eighty_percent_of_exact",
 )
 
 
