@@ -304,18 +304,38 @@ def _pmf_epsilon(pmf, delta: float) -> float:
 
 def compose_counted(plds) -> object | None:
     """The composition of dp_accounting PLDs given as (pld, count) pairs (each self-composed
-    ``count`` times), or None when there are none. dp_accounting's truncation bounds (a
-    Chernoff bound over a fixed list of orders, pld/common.py) overflow scipy's logsumexp at
-    some orders; those give non-finite bounds, which it skips, so numpy's overflow warning is
-    noise and is silenced here; the result is unchanged."""
+    ``count`` times), or None when there are none.
+
+    Composed as a Huffman tree on the rounds each partial composition holds (the two smallest
+    first, ties in the given order): a PLD's support grows with its rounds, so composing in
+    sequence convolves the growing total with every pair's PLD, and a run of many distinct
+    rounds (local steps: every round's last step has its own noise) costs its rounds times
+    the total's size; the tree costs about the total's size per level. Composition is
+    commutative, so the result is the same up to dp_accounting's pessimistic truncation of
+    each composition's tails (measured: relative 2e-10 on a 300-round FedAvg run).
+
+    dp_accounting's truncation bounds (a Chernoff bound over a fixed list of orders,
+    pld/common.py) overflow scipy's logsumexp at some orders; those give non-finite bounds,
+    which it skips, so numpy's overflow warning is noise and is silenced here; the result is
+    unchanged."""
+    import heapq
+
     import numpy as np
 
-    total = None
+    heap = []
     with np.errstate(over="ignore"):
-        for pld, count in plds:
-            pld = pld.self_compose(count) if count > 1 else pld
-            total = pld if total is None else total.compose(pld)
-    return total
+        for i, (pld, count) in enumerate(plds):
+            heap.append((int(count), i, pld.self_compose(count) if count > 1 else pld))
+        if not heap:
+            return None
+        heapq.heapify(heap)
+        tick = len(heap)
+        while len(heap) > 1:
+            n_a, _, a = heapq.heappop(heap)
+            n_b, _, b = heapq.heappop(heap)
+            heapq.heappush(heap, (n_a + n_b, tick, a.compose(b)))
+            tick += 1
+    return heap[0][2]
 
 
 def epsilon_for_delta(pld, delta: float) -> float:

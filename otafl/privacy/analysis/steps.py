@@ -156,14 +156,21 @@ def _step_pld(record_rate: float, noise_multiplier: float):
         value_discretization_interval=PLD_DISCRETIZATION)
 
 
+@functools.lru_cache(maxsize=64)
+def _steps_pld(record_rate: float, noise_multiplier: float, steps: int):
+    """``steps`` steps of PoissonSampled(q, Gaussian(z)) (dp_accounting, pessimistic): the head
+    that the rounds of a run share (their last steps differ), computed once."""
+    pld = _step_pld(record_rate, noise_multiplier)
+    return pld.self_compose(steps) if steps > 1 else pld
+
+
 @functools.lru_cache(maxsize=256)
 def _inner_pld(record_rate: float, noise_multiplier: float, steps: int, last_noise: float | None = None):
     """S steps of PoissonSampled(q, Gaussian(z)), the last at z_S = ``last_noise`` when given
     (dp_accounting, pessimistic; adaptive composition of the steps)."""
-    pld = _step_pld(record_rate, noise_multiplier)
     if last_noise is None:
-        return pld.self_compose(steps) if steps > 1 else pld
-    head = pld.self_compose(steps - 1) if steps > 2 else pld
+        return _steps_pld(record_rate, noise_multiplier, steps)
+    head = _steps_pld(record_rate, noise_multiplier, steps - 1)
     last = _step_pld(record_rate, last_noise)
     return head if last is None else head.compose(last)
 
