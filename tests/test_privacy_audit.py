@@ -115,3 +115,29 @@ def test_tight_ldp_holds_where_amplification_by_sampling_fails():
     assert float(res.upper[1]) < claimed  # the sound one is not
     up, _ = round_delta(eps[None], spec)  # and exact agrees with the audit
     assert float(res.lower[0]) <= float(up[0, 0]) and float(up[0, 1]) <= claimed
+
+
+@pytest.mark.parametrize("k,ch", [(0, 1.0), (4, 1.0), (19, 0.0)])
+def test_the_hidden_losses_equal_the_branch_densities_summed_over_the_counts(k, ch):
+    """The hidden adversary's loss, one log-sum-exp per branch of an outer product, against the
+    per-count branch densities (Gaussian times scaled chi-square, constants included) mixed over
+    n directly: equal within 1e-9 (absolute, nats) on seeded draws, an atom at n = 0 when N0 = 0."""
+    from otafl.privacy.audit import _hidden_log_densities, _log_branch_densities
+
+    gen = torch.Generator().manual_seed(k)
+    n_vals = torch.arange(0, 12, dtype=F64)
+    n_prob = torch.softmax(torch.randn(12, generator=gen, dtype=F64), 0)
+    so2, s2, a, p = 0.3, 0.5, 0.7, 0.4
+    u = 2 * torch.randn(500, generator=gen, dtype=F64)
+    s = (torch.rand(500, generator=gen, dtype=F64) * 10 + 0.1) if k else torch.zeros(500, dtype=F64)
+    wn = n_vals * so2 + ch
+    num, den = _hidden_log_densities(u, s, wn, s2, a, p, k, n_prob)
+    atom = wn <= 0
+    wn_s = torch.where(atom, torch.ones_like(wn), wn)
+    la, lp, lm = _log_branch_densities(u[:, None], s[:, None], wn_s[None, :], (wn + s2)[None, :], a,
+                                       torch.tensor(p, dtype=F64), k)
+    la = torch.where(atom[None, :], torch.full_like(la, -math.inf), la)
+    logw = torch.log(n_prob)[None, :]
+    ref = torch.logsumexp(logw + torch.logaddexp(la, lp), 1) - torch.logsumexp(logw + torch.logaddexp(la, lm), 1)
+    assert torch.allclose(num - den, ref, rtol=0, atol=1e-9)
+    assert float((num - den - ref).abs().max()) < 1e-9 and float(ref.abs().max()) > 0.1

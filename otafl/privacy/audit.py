@@ -178,18 +178,30 @@ def _loss_chunk(spec: RoundSpec, n_vals, n_prob, S, adversary, gen):
     # hidden: mix over the law of n. A count with w_n = 0 (n = 0, N0 = 0) makes the
     # absent branch an atom at (0, 0): it has no density elsewhere, and at the atom
     # (drawn exactly when n = 0 and b = 0) P and Q put the same mass, so L = 0 there.
-    wn = (n_vals * so2 + ch)[None, :]  # [1, N]
-    atom = wn <= 0
-    Wn = wn + s2
-    la, lp, lm = _log_branch_densities(u[:, None], s[:, None],
-                                       torch.where(atom, torch.ones_like(wn), wn), Wn, a,
-                                       torch.tensor(p, dtype=_DT), k)
-    la = torch.where(atom, torch.full_like(la, -math.inf), la)
-    logw = torch.log(n_prob)[None, :]
-    num = torch.logsumexp(logw + torch.logaddexp(la, lp), dim=1)
-    den = torch.logsumexp(logw + torch.logaddexp(la, lm), dim=1)
+    num, den = _hidden_log_densities(u, s, n_vals * so2 + ch, s2, a, p, k, n_prob)
     at_atom = (w <= 0) & ~b
     return torch.where(at_atom, torch.zeros_like(num), num - den)
+
+
+def _hidden_log_densities(u, s, wn, s2: float, a: float, p: float, k: int, n_prob):
+    """log P and log Q of (u, s) [S] under the hidden adversary's mixtures over the counts n
+    (variances ``wn`` [N] without the user's noise, weights ``n_prob``), up to a term common to
+    both: (k/2 - 1) log s and the densities' constants. Per count and branch the density is
+    exp(c - q / (2 var)) with q = (u - mean)^2 + s and c = log(weight) - (1 + k) / 2 log var, so
+    each branch is one log-sum-exp over n of an outer product (the same values as
+    :func:`_log_branch_densities` summed over n, to rounding)."""
+    atom = wn <= 0
+    wn_s = torch.where(atom, torch.ones_like(wn), wn)
+    Wn = wn + s2
+    half = 0.5 * (1 + k)
+    logw = torch.log(n_prob)
+    c_abs = torch.where(atom, torch.full_like(wn, -math.inf), math.log1p(-p) + logw - half * torch.log(wn_s))
+    c_pre = math.log(p) + logw - half * torch.log(Wn)
+    i_abs, i_pre = 0.5 / wn_s, 0.5 / Wn
+    absent = torch.logsumexp(c_abs[None, :] - (u * u + s)[:, None] * i_abs[None, :], dim=1)
+    plus = torch.logsumexp(c_pre[None, :] - ((u - a) ** 2 + s)[:, None] * i_pre[None, :], dim=1)
+    minus = torch.logsumexp(c_pre[None, :] - ((u + a) ** 2 + s)[:, None] * i_pre[None, :], dim=1)
+    return torch.logaddexp(absent, plus), torch.logaddexp(absent, minus)
 
 
 def audit_round(spec: RoundSpec, epsilon, *, samples: int, generator: torch.Generator,
