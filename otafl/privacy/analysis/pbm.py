@@ -75,7 +75,7 @@ def _log_h_np(theta: float, max_noise: int, max_order: int) -> np.ndarray:
     start = 0
     while start <= max_noise:
         # rows r with r (start + r + 1) orders <= _CHUNK_ENTRIES (x runs over 0..stop)
-        cap = _CHUNK_ENTRIES / orders.size
+        cap = _CHUNK_ENTRIES / max(1, orders.size)
         rows = max(1, int((math.sqrt((start + 1) ** 2 + 4 * cap) - (start + 1)) / 2))
         stop = min(max_noise + 1, start + rows)
         M = np.arange(start, stop, dtype=np.float64)[:, None]
