@@ -20,9 +20,11 @@ n participants (user k and n - 1 others):
        E_Q[(P/Q)^alpha] = 1 + sum_{l=2}^{alpha} C(alpha, l) (u - v)^l E_Q[h^l]
                        <= 1 + sum_l C(alpha, l) |u - v|^l H_l(M),
 
-   H_l(M) = sup_{v in [1/2 - theta, 1/2 + theta]} sum_x |b(x-1) - b(x)|^l / Q_v(x)^(l-1)
-   (the l = 1 term is zero; Q_v is linear in v, so on a v-interval its minimum is at an
-   end, which bounds the sup on a 16-interval grid).
+   H_l(M) = sup_{v in [1/2 - theta, 1/2 + theta]} f(v),
+   f(v) = sum_x |b(x-1) - b(x)|^l / Q_v(x)^(l-1)
+   (the l = 1 term is zero). Q_v(x) = v b(x-1) + (1 - v) b(x) is affine in v and positive and
+   t -> t^-(l-1) is convex on t > 0, so f is convex and its sup is at an end of the interval;
+   b is symmetric, and x -> M + 1 - x gives f(v) = f(1 - v), so H_l(M) = f(1/2 - theta) exactly.
 4. A coordinate: (alpha - 1) D_j <= m log(1 + Phi_n(|delta_j|)),
    Phi_n(delta) = sum_l C(alpha, l) delta^l E_M[H_l(M)].
 5. Vectors: with kappa_n = m sup_{0 < delta <= d_max} log(1 + Phi_n(delta)) / delta^2,
@@ -54,7 +56,7 @@ PBM_NOISE_CAP = 1024
 """Largest fair-coin count M for which H_l(M) is computed; larger M use H_l(PBM_NOISE_CAP)
 (H_l falls in M, checked in the tests, so this only loosens the bound)."""
 
-_V_INTERVALS = 16
+_CHUNK_ENTRIES = 1 << 21
 _DELTA_GRID = 64
 MAX_PBM_ORDER = 64
 """Largest Renyi order the PBM bound is evaluated at."""
@@ -62,29 +64,39 @@ MAX_PBM_ORDER = 64
 
 @functools.lru_cache(maxsize=32)
 def _log_h_np(theta: float, max_noise: int, max_order: int) -> np.ndarray:
-    from scipy.special import gammaln, logsumexp
+    """log H_l(M) = log f(1/2 - theta) (step 3), vectorised over M in chunks of at most
+    _CHUNK_ENTRIES (M, x, l) terms."""
+    from scipy.special import gammaln
 
     orders = np.arange(2, max_order + 1, dtype=np.float64)
-    v_ends = np.linspace(0.5 - theta, 0.5, _V_INTERVALS + 1)  # symmetric in v <-> 1 - v
+    v = 0.5 - theta
+    log_v, log_1mv = math.log(v), math.log1p(-v)
     out = np.full((max_noise + 1, max_order + 1), -np.inf)
-    for M in range(max_noise + 1):
-        log_b = np.full(M + 2, -np.inf)
-        y = np.arange(M + 1, dtype=np.float64)
-        log_b[:M + 1] = gammaln(M + 1) - gammaln(y + 1) - gammaln(M - y + 1) - M * math.log(2.0)
-        log_b_prev = np.concatenate([[-np.inf], log_b[:M + 1]])  # b(x - 1)
-        lo, hi = np.minimum(log_b_prev, log_b), np.maximum(log_b_prev, log_b)
-        log_diff = hi + np.log(-np.expm1(np.minimum(lo - hi, -1e-300)))  # log|b(x-1) - b(x)|
-        exact_tie = lo == hi
-        best = np.full(orders.size, -np.inf)
-        for va, vb in zip(v_ends[:-1], v_ends[1:]):
-            # Q_v(x) = v b(x-1) + (1 - v) b(x) >= min over the interval's ends
-            qa = np.logaddexp(math.log(va) + log_b_prev, math.log1p(-va) + log_b)
-            qb = np.logaddexp(math.log(vb) + log_b_prev, math.log1p(-vb) + log_b)
-            log_q = np.minimum(qa, qb)
-            terms = orders[None, :] * log_diff[:, None] - (orders[None, :] - 1) * log_q[:, None]
-            terms[exact_tie, :] = -np.inf
-            best = np.maximum(best, logsumexp(terms, axis=0))
-        out[M, 2:] = best
+    start = 0
+    while start <= max_noise:
+        # rows r with r (start + r + 1) orders <= _CHUNK_ENTRIES (x runs over 0..stop)
+        cap = _CHUNK_ENTRIES / max(1, orders.size)
+        rows = max(1, int((math.sqrt((start + 1) ** 2 + 4 * cap) - (start + 1)) / 2))
+        stop = min(max_noise + 1, start + rows)
+        M = np.arange(start, stop, dtype=np.float64)[:, None]
+        x = np.arange(stop + 1, dtype=np.float64)[None, :]  # x = 0..max M + 1
+        inside = x <= M
+        log_b = np.where(inside, gammaln(M + 1) - gammaln(x + 1) - gammaln(np.maximum(M - x, 0) + 1)
+                         - M * math.log(2.0), -np.inf)  # log b(x), b = Binomial(M, 1/2) pmf
+        log_b_prev = np.concatenate([np.full((M.shape[0], 1), -np.inf), log_b[:, :-1]], axis=1)
+        # |b(x-1) - b(x)| = b(x) |2x - M - 1| / (M + 1 - x) for 1 <= x <= M; b(0) at x = 0 and
+        # b(M) at x = M + 1 (zero at x = (M + 1) / 2, odd M); no cancellation
+        with np.errstate(divide="ignore"):
+            log_diff = np.where(inside, log_b + np.log(np.abs(2 * x - M - 1)) - np.log(np.maximum(M + 1 - x, 1)),
+                                np.where(x == M + 1, log_b_prev, -np.inf))
+        log_diff[:, 0] = -M[:, 0] * math.log(2.0)
+        log_q = np.logaddexp(log_v + log_b_prev, log_1mv + log_b)  # log Q_v(x), v = 1/2 - theta
+        with np.errstate(invalid="ignore"):  # -inf - -inf beyond x = M + 1, masked
+            terms = orders * log_diff[..., None] - (orders - 1) * log_q[..., None]
+        terms = np.where(np.isneginf(log_diff)[..., None], -np.inf, terms)
+        peak = terms.max(axis=1, keepdims=True)  # finite: the x = 0 term is
+        out[start:stop, 2:] = np.log(np.exp(terms - peak).sum(axis=1)) + peak[:, 0]
+        start = stop
     out.setflags(write=False)
     return out
 
