@@ -214,22 +214,23 @@ def test_the_guides_noise_cancelling_audit_beats_sum_domination_and_stays_below_
     assert all(r["verdict"].startswith("ok") for name, r in rows.items() if name != SUMDOM)
 
 
-def test_the_guides_ota_audit_reaches_eighty_percent_of_exact():
-    got = quoted_audit(OTA)
+def _assert_quoted_central_audit(spec: str, fit: str, share: float) -> None:
+    """The guide's quoted 40,000-trial audit of ``spec``: every row ok and below its claim (fitted and
+    threshold), the fit's family ``fit``, and the audit reaching ``share`` of exact."""
+    got = quoted_audit(spec)
     rows = got["rows"]
     assert "40000 runs" in got["header"] and set(rows) == {"exact", "tight", "paper"}
     assert all(r["verdict"].startswith("ok") and r["lower"] <= r["upper"] and r["threshold"] <= r["upper"]
                for r in rows.values())
-    assert got["fit"] == "gdp" and rows["exact"]["lower"] >= 0.8 * rows["exact"]["upper"]
+    assert got["fit"] == fit and rows["exact"]["lower"] >= share * rows["exact"]["upper"]
+
+
+def test_the_guides_ota_audit_reaches_eighty_percent_of_exact():
+    _assert_quoted_central_audit(OTA, "gdp", 0.8)
 
 
 def test_the_guides_hidden_sampling_audit_reaches_half_of_exact():
-    got = quoted_audit(HIDDEN)
-    rows = got["rows"]
-    assert "40000 runs" in got["header"] and set(rows) == {"exact", "tight", "paper"}
-    assert all(r["verdict"].startswith("ok") and r["lower"] <= r["upper"] and r["threshold"] <= r["upper"]
-               for r in rows.values())
-    assert got["fit"] == "sampled-gaussian" and rows["exact"]["lower"] >= 0.5 * rows["exact"]["upper"]
+    _assert_quoted_central_audit(HIDDEN, "sampled-gaussian", 0.5)
 
 
 def test_a_quoted_audit_that_lost_its_property_fails_the_reading(monkeypatch):
