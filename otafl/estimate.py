@@ -22,8 +22,6 @@ Shapes: ``aligned`` is [d] (or [..., d]; the division broadcasts), in gradient u
 
 from __future__ import annotations
 
-from typing import Callable
-
 from torch import Tensor
 
 from otafl.errors import check_range, out_of_range

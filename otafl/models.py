@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Callable
 
 import torch
 from torch import nn

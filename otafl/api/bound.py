@@ -74,7 +74,7 @@ __all__ = ["COMPOSITIONS", "DEFAULT_CHANNEL_ROUNDS", "GRID_AXES", "PLD_ACCOUNTAN
 GRID_AXES = ("users", "p", "sigma2", "clip", "snr_db")
 """The axes of the grid, in row order (the last varies fastest)."""
 
-from otafl.api.checks import CHUNK_ELEMENTS, ROW_BYTES, check_bound_grid, check_grid_memory  # noqa: E402
+from otafl.api.checks import CHUNK_ELEMENTS, check_bound_grid, check_grid_memory  # noqa: E402
 
 PLD_ACCOUNTANTS = ("paper", "tight")
 """Accountants whose totals :func:`compose_round_bounds` may take by PLD (as ``account_run`` does)."""

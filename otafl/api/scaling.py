@@ -83,7 +83,7 @@ def _fit(users: Sequence[int], eps: Sequence[float]) -> dict:
             "k_mid": mid}
 
 
-from otafl.api.checks import MAX_USERS, check_log_users, check_scaling_grid, check_scaling_inputs  # noqa: E402 (torch-free)
+from otafl.api.checks import check_log_users, check_scaling_grid, check_scaling_inputs  # noqa: E402 (torch-free)
 
 
 def log_users(k_min: float, k_max: float, points: int) -> list[int]:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from otafl.data.container import Dataset, DatasetOptions, Loader, _check_int
-from otafl.data.embedded import load_digits, load_mnist_embedded
-from otafl.data.mnist import load_mnist
-from otafl.data.synthetic import load_synthetic
+from otafl.data.container import Dataset, DatasetOptions, _check_int
 from otafl.errors import OtaflInputError, check_range, out_of_range
 
 

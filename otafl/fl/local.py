@@ -31,7 +31,6 @@ per-example clipped gradient sums come from one forward and one backward pass ov
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import torch
