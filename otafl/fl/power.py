@@ -32,7 +32,7 @@ from torch import Tensor
 
 from otafl.channel.fading import run_row
 from otafl.errors import OtaflInputError
-from otafl.fl.round import _channel_state, _mismatch  # the round's own channel side, so the plan is the run's
+from otafl.fl.round import channel_state, csi_mismatch  # the round's own channel side, so the plan is the run's
 from otafl.transmit import ChannelSetup
 
 if TYPE_CHECKING:
@@ -201,10 +201,10 @@ class PrivacyBudget(PowerControl):
         # each round at full power as the round will meet it (otafl.fl.round): its bound b_t, the users
         # who may transmit and, with estimated CSI, the extremes of r = h / h_hat the accountants read
         full = dataclasses.replace(setup, power_control=None)
-        states = [_channel_state(h[t], torch.ones_like(h[t], dtype=torch.bool), full) for t in range(int(h.shape[0]))]
+        states = [channel_state(h[t], torch.ones_like(h[t], dtype=torch.bool), full) for t in range(int(h.shape[0]))]
         self.bounds = [s.gain for s in states]
         self.p_eff = [(p[t] * s.eligible.to(p.dtype)).to(torch.float64).cpu() for t, s in enumerate(states)]
-        self.mismatch = [_mismatch(s) for s in states]  # {} with perfect CSI
+        self.mismatch = [csi_mismatch(s) for s in states]  # {} with perfect CSI
         self.cap, self.added = math.inf, 0.0
         if setup.n0 > 0:
             self.cap = self._solve_cap(setup)

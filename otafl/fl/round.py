@@ -68,7 +68,7 @@ def _check_superposition(superposition: str) -> None:
         raise OtaflInputError(f"superposition = {superposition!r} is not one of: {', '.join(SUPERPOSITIONS)}")
 
 
-class _ChannelState(NamedTuple):
+class ChannelState(NamedTuple):
     gain: float  # c_t
     eligible: Tensor  # [K] bool
     transmitting: Tensor  # [K] bool, active & eligible; all False when c_t = 0
@@ -78,7 +78,7 @@ class _ChannelState(NamedTuple):
     ratio: Tensor | None = None  # [K] r_k = h_k / h_hat_k where eligible, 1 elsewhere (None: perfect CSI)
 
 
-def _channel_state(h: Tensor, active: Tensor, setup: ChannelSetup) -> _ChannelState:
+def channel_state(h: Tensor, active: Tensor, setup: ChannelSetup) -> ChannelState:
     """The channel side of a round, shared by :func:`ota_aggregate` and :func:`channel_only`:
     alignment gain, eligibility, who transmits, and the effective noise. With c_t = 0 nobody
     can be aligned, so nobody transmits. With estimated CSI (``setup.csi``) c_t and eligibility
@@ -100,13 +100,13 @@ def _channel_state(h: Tensor, active: Tensor, setup: ChannelSetup) -> _ChannelSt
         transmitting = torch.zeros_like(transmitting)
     senders = transmitting.nonzero().view(-1)
     if senders.numel() == 0:
-        return _ChannelState(c, eligible, transmitting, senders, math.inf, known, ratio)
+        return ChannelState(c, eligible, transmitting, senders, math.inf, known, ratio)
     var = setup.noise_var if ratio is None else setup.noise_var * ratio * ratio  # what each sender's noise arrives as
     eff = float(effective_noise_var(var, transmitting, setup.n0, c_t))
-    return _ChannelState(c, eligible, transmitting, senders, eff, known, ratio)
+    return ChannelState(c, eligible, transmitting, senders, eff, known, ratio)
 
 
-def _mismatch(state: _ChannelState) -> dict:
+def csi_mismatch(state: ChannelState) -> dict:
     """The round-record columns of estimated CSI: the smallest and largest r_k = h_k / h_hat_k over
     the users who may transmit (1, 1 when nobody may); none with perfect CSI."""
     if state.ratio is None:
@@ -155,13 +155,13 @@ def ota_aggregate(grads: UserGradients, h: Tensor, active: Tensor, setup: Channe
     setup : ChannelSetup.  generator : the noise stream (device of the gradients).
     """
     _check_superposition(superposition)
-    state = _channel_state(h, active, setup)
+    state = channel_state(h, active, setup)
     c, eligible, transmitting, senders = state.gain, state.eligible, state.transmitting, state.senders
     d = grads.dim
     perfect = state.ratio is None
     silencing = setup.may_silence or not perfect  # truncation, a power-control policy or estimated CSI
     outages = int((active & ~eligible).sum()) if silencing else 0  # silenced
-    extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages, **_mismatch(state)}
+    extras = {"channel_uses": float(d), "energy": 0.0, "outages": outages, **csi_mismatch(state)}
     if senders.numel() == 0:
         # Nobody transmits: the server hears only receiver noise, and knows it (CSI + c_t = 0
         # broadcast), so the round carries no gradient.
@@ -217,8 +217,8 @@ def channel_only(h: Tensor, active: Tensor, setup: ChannelSetup) -> Aggregate:
     Same alignment gain, eligibility and effective noise as :func:`ota_aggregate` would
     produce; no signal is formed, so ``aligned_sum`` is empty and the power ratio 0.
     """
-    state = _channel_state(h, active, setup)
+    state = channel_state(h, active, setup)
     extras = {"channel_uses": float(setup.dim), "energy": math.nan,
-              "outages": int((active & ~state.eligible).sum()), **_mismatch(state)}
+              "outages": int((active & ~state.eligible).sum()), **csi_mismatch(state)}
     return Aggregate(h.new_zeros(0), state.transmitting, state.eligible, state.gain, state.noise_var, 0.0,
                      state.senders.numel(), extras=extras)
