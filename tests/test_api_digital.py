@@ -95,3 +95,16 @@ def test_plot_digital_writes_the_figure(tmp_path):
     assert out.stat().st_size > 10_000
     bad = CliRunner().invoke(cli, ["plot-digital", path, "--out", str(tmp_path / "fig.bmp"), "--no-curves"])
     assert bad.exit_code == 2 and bad.output.startswith("error:")
+
+
+def test_the_digital_figures_epsilon_axes_state_the_totals_delta():
+    from types import SimpleNamespace
+
+    from otafl.report.digital_figure import _central_total, _epsilon_label
+
+    run = SimpleNamespace(params={"privacy": {"accountants": ["exact"]}},
+                          summary={"exact_epsilon_central_total": 26.3, "exact_delta_central_total": 1e-5})
+    assert _central_total(run) == (26.3, 1e-5)
+    assert _epsilon_label([1e-5, 1e-5]) == "central ε over the run at δ = 1e-05 (composed; user level)"
+    assert _epsilon_label([1e-5, 2e-5]) == "central ε over the run at δ = 1e-05–2e-05 (composed; user level)"
+    assert _epsilon_label([None]) == "central ε over the run (composed; user level)"

@@ -16,6 +16,7 @@ from typing import Sequence
 import matplotlib
 from matplotlib.figure import Figure
 
+from otafl.report.accountants_figure import delta_range
 from otafl.report.plots import STYLE, save_figure
 from otafl.sweep.store import StoredRun
 
@@ -42,11 +43,25 @@ def system_of(run: StoredRun) -> str:
 
 
 def _epsilon_total(run: StoredRun) -> float:
+    return _central_total(run)[0]
+
+
+def _central_total(run: StoredRun) -> tuple[float, float]:
+    """(epsilon, delta) of the run's central total: the digital accountant's, else the first of
+    its accountants that states one."""
     for name in ("digital", *run.params.get("privacy", {}).get("accountants", [])):
         v = run.summary.get(f"{name}_epsilon_central_total")
         if isinstance(v, (int, float)):
-            return float(v)
-    return math.nan
+            d = run.summary.get(f"{name}_delta_central_total")
+            return float(v), float(d) if isinstance(d, (int, float)) else math.nan
+    return math.nan, math.nan
+
+
+def _epsilon_label(deltas) -> str:
+    """The epsilon axis's label with the totals' delta (one value, or their range; none stated
+    where no total has one)."""
+    ds = [float(d) for d in deltas if isinstance(d, (int, float)) and math.isfinite(d)]
+    return f"central ε over the run{' at ' + delta_range(ds) if ds else ''} (composed; user level)"
 
 
 def system_points(runs: Sequence[StoredRun]) -> dict[str, list[dict]]:
@@ -94,7 +109,7 @@ def plot_digital(runs: Sequence[StoredRun], curves: dict | None, out: str | Path
                 ax_c.bar(i + (j - (levels - 1) / 2) * width, p["energy"], width, color=color, hatch=hatch,
                          edgecolor="white")
         ax_a.set_xscale("log")
-        ax_a.set_xlabel("central ε over the run (composed; user level)")
+        ax_a.set_xlabel(_epsilon_label(_central_total(r)[1] for r in runs))
         ax_a.set_ylabel("final test accuracy (%)")
         ax_a.set_title("(a) accuracy at matched central privacy")
         ax_a.legend(loc="lower right")
@@ -113,7 +128,7 @@ def plot_digital(runs: Sequence[StoredRun], curves: dict | None, out: str | Path
                           color=color, label=f"digital {mech}", markersize=9, **_line(f"digital {mech}"))
             ax_d.set_xscale("log")
             ax_d.legend()
-        ax_d.set_xlabel("central ε over the run (composed; user level)")
+        ax_d.set_xlabel(_epsilon_label(r.get("delta_total") for r in (curves or {}).get("rows", [])))
         ax_d.set_ylabel("bits per coordinate (fewest that fit)")
         ax_d.set_title("(d) communication cost as ε shrinks")
     return save_figure(fig, out)
