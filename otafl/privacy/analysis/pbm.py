@@ -72,10 +72,10 @@ def _log_h_np(theta: float, max_noise: int, max_order: int) -> np.ndarray:
     v = 0.5 - theta
     log_v, log_1mv = math.log(v), math.log1p(-v)
     out = np.full((max_noise + 1, max_order + 1), -np.inf)
+    cap = _CHUNK_ENTRIES / max(1, orders.size)  # (M, x) pairs per chunk
     start = 0
     while start <= max_noise:
         # rows r with r (start + r + 1) orders <= _CHUNK_ENTRIES (x runs over 0..stop)
-        cap = _CHUNK_ENTRIES / max(1, orders.size)
         rows = max(1, int((math.sqrt((start + 1) ** 2 + 4 * cap) - (start + 1)) / 2))
         stop = min(max_noise + 1, start + rows)
         M = np.arange(start, stop, dtype=np.float64)[:, None]
