@@ -176,7 +176,7 @@ def test_load_audit_spec_defaults_and_a_run_ignores_the_section(tmp_path):
         load_audit_spec(OTA, ["audit.trials='many'"])
 
 
-# --------------------------------------------------------------------------- slow: acceptance figures
+# --------------------------------------------------------------------------- acceptance figures (quoted)
 
 
 # The acceptance figures of the three shipped audits are read off the guide: the slow docs check
@@ -248,6 +248,9 @@ def test_a_quoted_audit_that_lost_its_property_fails_the_reading(monkeypatch):
     monkeypatch.setattr(doccheck, "blocks", weakened)
     with pytest.raises(AssertionError):
         test_the_guides_ota_audit_reaches_eighty_percent_of_exact()
+
+
+# --------------------------------------------------------------------------- slow: long audits
 
 
 @pytest.mark.slow

@@ -140,4 +140,4 @@ def test_the_hidden_losses_equal_the_branch_densities_summed_over_the_counts(k, 
     logw = torch.log(n_prob)[None, :]
     ref = torch.logsumexp(logw + torch.logaddexp(la, lp), 1) - torch.logsumexp(logw + torch.logaddexp(la, lm), 1)
     assert torch.allclose(num - den, ref, rtol=0, atol=1e-9)
-    assert float((num - den - ref).abs().max()) < 1e-9 and float(ref.abs().max()) > 0.1
+    assert float(ref.abs().max()) > 0.1  # losses far from 0: the comparison can tell them apart
