@@ -98,17 +98,13 @@ ROW_GRIDS = {"c": CellGrid(quantile_cells=16, posterior_cells=32), "l": CellGrid
 preset's 1000-round run (issue 31): central rows at most +0.02 % (a third of the time),
 local rows at most +0.12 % (about half); a quarter grid would cost local rows +0.49 %."""
 SCREEN_SLACK = 1e-3
-QUIET_SHARE = 0.1
-"""Share of a run's rounds (the quietest, by reach) that :func:`compose_exact_rounds` does not
-size its grid for: they get fewer than ``points`` intervals over their reach (a coarser, still
-pessimistic PLD). Measured (issue 31, against sizing for the quietest round, 0): the paper
-preset's 1000-round run 2.99 -> 2.13 ms a round, central 84.0107 -> 84.0386 (+0.03 %), local
-1756.13 -> 1756.75 (+0.04 %); over Table II(a)'s p = 0.1, 0.9 and channel-aware runs,
-Table II(b)'s p = 0.5, the quickstart, csi.toml and large-k.toml at K = 10^4 every total within
--0.11 % ... +0.06 % (a coarser grid moves the chords, so a total can also come out lower, each
-an upper bound), 10-34 % less time."""
 """Largest relative share of a run's total that the screen of
 :func:`compose_exact_rounds` lets eq. (1) (d-dimensional, costly) leave unclaimed."""
+QUIET_SHARE = 0.1
+"""Share of a run's rounds (the quietest, by reach) that :func:`compose_exact_rounds` does not
+size its grid for: they get a coarser, still pessimistic, PLD. Measured (issue 31; figures in
+docs/privacy/composition.md#pld-composition): the paper preset's 1000-round run 2.99 -> 2.13 ms
+a round for totals +0.03 % central, +0.04 % local; nine runs within -0.11 % ... +0.07 %."""
 
 
 # ---------------------------------------------------------------- row keys
