@@ -61,6 +61,38 @@ def test_lumped_total_count_law_is_above_the_exact_one_and_within_a_tenth_of_a_p
         assert bool((lumped >= exact * (1 - REL)).all()) and bool((lumped <= exact * 1.001).all())
 
 
+def test_tail_blocks_of_the_total_count_are_above_every_count_and_within_a_hundredth_of_a_percent(monkeypatch):
+    """K = 200, p = 0.1 ... 0.9: the law of m with its tails (mass <= 1e-6) in blocks of 16 has
+    fewer terms, and eq. (5)'s epsilon with it is at least the one with every count (1e-9) and
+    at most 1e-4 above it, at delta 1e-5 and 1e-9. A row's blocks do not depend on its batch: a
+    longer row without tails beside them leaves their terms as they were."""
+    facts = [uniform_facts(200, p, 0.1, 1.0, 1.0, 2.0, 7850) for p in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(facts, "central") for k in ks))
+    spec = er._spec(keys, 1e-15)
+    law = count_law.total_count_law(spec.law, spec.participation_prob)
+    assert law.m.shape[1] < 0.8 * (spec.law.weight.shape[1] + 1)
+    for delta in (1e-5, 1e-9):
+        t = torch.full((len(keys),), delta, dtype=F64)
+        blocked = round_epsilon(t, spec, conditioning="total")
+        monkeypatch.setattr(count_law, "TAIL_BLOCK_MASS", 0.0)
+        every = round_epsilon(t, spec, conditioning="total")
+        monkeypatch.undo()
+        assert bool((blocked >= every * (1 - REL)).all()) and bool((blocked <= every * (1 + 1e-4)).all())
+        assert bool((blocked > every * (1 + REL)).any())  # the blocks are in use
+    alone = count_law.tail_blocks(law)
+    flat = torch.full((1, law.m.shape[1] + 8), 1.0 / (law.m.shape[1] + 8), dtype=F64)  # no tails, longer
+    padded = lambda t, fill: torch.cat([t, fill.expand(t.shape[0], 8)], 1)  # noqa: E731
+    both = count_law.TotalLaw(
+        m=torch.cat([padded(law.m, law.m[:, -1:]), torch.arange(flat.shape[1], dtype=F64)[None]]),
+        weight=torch.cat([padded(law.weight, torch.zeros(1, 1, dtype=F64)), flat]),
+        share=torch.cat([padded(law.share, torch.zeros(1, 1, dtype=F64)), torch.full_like(flat, 0.5)]),
+        dropped=torch.cat([law.dropped, torch.zeros(1, dtype=F64)]))
+    beside = count_law.tail_blocks(both)
+    G = alone.m.shape[1]
+    for field in ("m", "weight", "share"):
+        assert torch.equal(getattr(beside, field)[:-1, :G], getattr(alone, field))
+
+
 def test_per_round_epsilons_on_the_coarser_cells_are_above_the_default_grid_and_close():
     """ROW_GRIDS (nested in DEFAULT_GRID): each row's epsilon is at least DEFAULT_GRID's
     (1e-9) and within 0.05 % (central) and 0.2 % (local) of it, d = 7850."""
