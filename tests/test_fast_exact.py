@@ -130,6 +130,15 @@ def test_dense_composition_matches_dp_accounting():
     ours = pld.epsilon_for_delta(pld.compose_dense_counted(items), 1e-6)
     ref = pld.epsilon_for_delta(pld.compose_counted(items), 1e-6)
     assert ours == pytest.approx(ref, rel=REL)
+    # 40 distinct rounds (a channel-aware run's kind): groups of GROUP composed by one batched
+    # FFT each, then the groups' results, against dp_accounting's one-by-one composition.
+    from otafl.privacy.analysis import pld_dense
+
+    many = [(pld_of(s), 1) for s in np.linspace(4.0, 9.0, 40)]
+    assert len(many) > 2 * pld_dense.GROUP
+    ours = pld.epsilon_for_delta(pld.compose_dense_counted(many), 1e-6)
+    ref = pld.epsilon_for_delta(pld.compose_counted(many), 1e-6)
+    assert ours == pytest.approx(ref, rel=1e-7)
 
 
 def _random_facts(seed: int, rounds: int = 4, users: int = 3, dim: int = 30) -> list[RoundFacts]:

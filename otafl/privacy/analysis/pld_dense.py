@@ -5,8 +5,9 @@ composition, tails of mass 1e-15 per operation charged to the infinite loss, pes
 connect-the-dots PLDs on a fixed gap), with the Python loops replaced by array code:
 truncation bounds as one matrix product, cut points by cumulative sums, the connect-the-dots
 masses built as an array (dp_accounting goes through a dict per PLD), and the distinct
-rounds composed in a balanced tree (pairs, then pairs of pairs) instead of one after the
-other, so each FFT is about as long as its result rather than the whole run's. Used by
+rounds composed in a tree of groups (:data:`GROUP` at a time by one batched FFT, then the
+groups' results) instead of one after the other, so each FFT is about as long as its result
+rather than the whole run's, and 1000 distinct rounds take ~70 FFT calls, not ~1000. Used by
 :func:`otafl.privacy.analysis.pld.compose_profiles`.
 """
 
@@ -17,6 +18,9 @@ import math
 __all__ = ["connect_dots_pmf", "dense_arrays", "compose_dense_counted"]
 
 
+GROUP = 16
+"""Pmfs composed at once (one batched FFT, :func:`_compose_group`) in each node of the tree of
+:func:`compose_dense_counted`."""
 SHORT_POWER = 16
 """Self-compositions of at most this many copies keep their whole support (no tail cut):
 the Chernoff bounds' 40 log-MGFs over the pmf cost more than the at most 16x longer FFT they
@@ -103,9 +107,12 @@ def _self_compose_dense(pmf, num_times: int, tail: float = 1e-15):
 def compose_dense_counted(plds, tail: float = 1e-15):
     """The composition of symmetric PLDs (remove pmf only) given as (pld, count) pairs, on
     their dense pmfs: each self-composed ``count`` times (FFT power), then all composed in a
-    balanced tree (pairs, then pairs of pairs: each FFT about as long as its result, where
-    composing them one after the other made every FFT as long as the running total), each
-    operation cutting tails of at most ``tail`` to the pessimistic side as dp_accounting's.
+    tree of groups of :data:`GROUP` (:func:`_compose_group`: each FFT about as long as its
+    result, where composing them one after the other made every FFT as long as the running
+    total), each node cutting tails of at most ``tail`` to the pessimistic side as
+    dp_accounting's operations do. Measured (issue 31): the five compositions of a channel-aware
+    Table II(a) run's totals (1000 distinct central rounds) 2.3 s with pairs, 0.9 s in groups;
+    the totals the same to 1e-9.
     Returns a PrivacyLossDistribution or None."""
     import numpy as np
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
@@ -116,9 +123,33 @@ def compose_dense_counted(plds, tail: float = 1e-15):
             pmf = _trim(pld._pmf_remove.to_dense_pmf(), tail)  # noqa: SLF001
             level.append(_self_compose_dense(pmf, count, tail) if count > 1 else pmf)
         while len(level) > 1:
-            level = [_compose_dense(level[i], level[i + 1], tail) if i + 1 < len(level) else level[i]
-                     for i in range(0, len(level), 2)]
+            level = [_compose_group(level[i:i + GROUP], tail) for i in range(0, len(level), GROUP)]
     return PrivacyLossDistribution(level[0]) if level else None
+
+
+def _compose_group(pmfs, tail: float):
+    """The composition of a few dense pmfs (one :data:`GROUP` of a tree level) by one batched real
+    FFT: their spectra multiplied (no tail cut between them, so exact up to the FFTs' rounding),
+    the result's tails cut once as :func:`_compose_dense` cuts a pair's (:func:`_cut`,
+    pessimistic). Where a tree of pairs made one Python-level convolution per pair."""
+    import numpy as np
+    from scipy import fft
+
+    if len(pmfs) == 1:
+        return pmfs[0]
+    if len(pmfs) == 2:
+        return _compose_dense(pmfs[0], pmfs[1], tail)
+    assert all(p._pessimistic_estimate for p in pmfs)  # noqa: SLF001 (connect-the-dots, pessimistic)
+    sizes = [len(p._probs) for p in pmfs]  # noqa: SLF001
+    out_len = sum(sizes) - len(pmfs) + 1
+    fast = fft.next_fast_len(out_len, real=True)
+    stack = np.zeros((len(pmfs), fast))
+    for row, p in zip(stack, pmfs):
+        row[:len(p._probs)] = p._probs  # noqa: SLF001
+    probs = fft.irfft(np.prod(fft.rfft(stack, axis=1), axis=0), fast)[:out_len]
+    inf_mass = -math.expm1(sum(math.log1p(-p._infinity_mass) for p in pmfs))  # noqa: SLF001
+    lower = sum(p._lower_loss for p in pmfs)  # noqa: SLF001
+    return _cut(probs, pmfs[0]._discretization, lower, inf_mass, tail, True)  # noqa: SLF001
 
 
 def _cut(probs, discretization: float, lower_loss: int, infinity_mass: float, tail: float, pessimistic: bool):
