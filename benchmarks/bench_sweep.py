@@ -3,16 +3,19 @@
 The points are those of ``experiments/paper-table2a.toml`` (uniform p = 0.1 ... 0.9 plus
 channel-aware sampling, K = 200, AR Rician fading, d = 7850), one seed, run by
 :func:`otafl.fl.loop.run_experiment` on one process pool of ``--workers`` processes (one
-torch thread each): first every point with ``privacy.accountants = []``, then every point
-with the preset's accountants (``exact``, ``paper``, ``tight``), on the same pool, so
-the second pass runs in warm processes as a sweep's later points do (imports done, the
-accountants' in-process caches as a sweep leaves them).
+torch thread each), each point with ``privacy.accountants = []`` and with the preset's
+accountants (``exact``, ``paper``, ``tight``), all on the same pool of warm processes, as a
+sweep's later points run (imports done, the accountants' in-process caches as a sweep
+leaves them). ``--order interleaved`` (the default) runs each point's two runs back to back,
+so the pool's two workers run them side by side and a drifting machine slows both alike;
+``--order passes`` runs every point without, then every point with, accountants.
 
 Keys: ``without_s`` / ``with_s`` (CPU seconds summed over the runs, each run timed by
 ``time.process_time`` in its worker: the work done, not the loaded machine's wall clock),
-``without_wall_s`` / ``with_wall_s`` (wall clock of each pass), ``accounting_overhead`` =
-(with_s - without_s) / without_s, and ``accounting_overhead_wall`` the same from the wall
-clocks. The full sweep (1000 rounds, 10 points) trains for several CPU-minutes;
+``accounting_overhead`` = (with_s - without_s) / without_s, ``accounting_s_per_point``
+(interleaved: with minus without, per point, in the order of the points) and ``wall_s``;
+with ``--order passes`` instead ``without_wall_s`` / ``with_wall_s`` (each pass's wall
+clock) and ``accounting_overhead_wall`` the same ratio from them. The full sweep (1000 rounds, 10 points) trains for several CPU-minutes;
 ``--rounds`` and ``--points`` give a reduced one (say so when quoting it), and
 ``--bounds-only`` times the bounds-only sweep (``sweep.train = false``) instead.
 
@@ -78,6 +81,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--accountants", default="exact,paper,tight")
     ap.add_argument("--bounds-only", action="store_true", help="sweep.train = false (no training)")
+    ap.add_argument("--order", choices=("interleaved", "passes"), default="interleaved",
+                    help="interleaved (default): each point without and with accountants side by side; "
+                         "passes: every point without, then every point with (adds the passes' wall clocks)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     points = sweep_points(args.points)
@@ -85,18 +91,32 @@ def main(argv=None) -> dict:
     train = not args.bounds_only
     out: dict = {"spec": SPEC, "points": len(points), "rounds": args.rounds, "workers": args.workers,
                  "train": train, "accountants": accountants, "clock": "process_time (CPU s), summed over runs"}
+    out["order"] = args.order
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.workers) as pool:
         pool.map(_warm, [accountants] * args.workers, chunksize=1)
-        for label, accs in (("without", []), ("with", accountants)):
+        if args.order == "interleaved":
+            # Each point without and with accountants back to back, so that the two halves of
+            # the pool run them side by side: a machine whose speed drifts (a shared host:
+            # the same pass measured 56 and 73 CPU-s an hour apart) slows both alike.
             w0 = time.perf_counter()
-            res = pool.map(_one, [(p, args.rounds, accs, train) for p in points], chunksize=1)
-            out[f"{label}_wall_s"] = time.perf_counter() - w0
-            out[f"{label}_s"] = sum(c for c, _ in res)
-            if accs:
-                out["totals"] = [t for _, t in res]
+            res = pool.map(_one, [(p, args.rounds, accs, train) for p in points for accs in ([], accountants)],
+                           chunksize=1)
+            out["wall_s"] = time.perf_counter() - w0
+            out["without_s"] = sum(c for c, _ in res[0::2])
+            out["with_s"] = sum(c for c, _ in res[1::2])
+            out["accounting_s_per_point"] = [round(b - a, 3) for (a, _), (b, _) in zip(res[0::2], res[1::2])]
+            out["totals"] = [t for _, t in res[1::2]]
+        else:
+            for label, accs in (("without", []), ("with", accountants)):
+                w0 = time.perf_counter()
+                res = pool.map(_one, [(p, args.rounds, accs, train) for p in points], chunksize=1)
+                out[f"{label}_wall_s"] = time.perf_counter() - w0
+                out[f"{label}_s"] = sum(c for c, _ in res)
+                if accs:
+                    out["totals"] = [t for _, t in res]
+            out["accounting_overhead_wall"] = (out["with_wall_s"] - out["without_wall_s"]) / out["without_wall_s"]
     out["accounting_overhead"] = (out["with_s"] - out["without_s"]) / out["without_s"]
-    out["accounting_overhead_wall"] = (out["with_wall_s"] - out["without_wall_s"]) / out["without_wall_s"]
     if args.json:
         print(json.dumps(out, indent=1, default=lambda v: None if isinstance(v, float) and math.isnan(v) else v))
     else:
