@@ -26,3 +26,6 @@ def test_interleaved_sweep_reports_each_points_accounting_and_the_overhead():
     assert out["with_s"] > 0 and out["without_s"] > 0
     assert sum(out["accounting_s_per_point"]) == pytest.approx(out["with_s"] - out["without_s"], abs=1e-2)
     assert out["accounting_overhead"] == pytest.approx((out["with_s"] - out["without_s"]) / out["without_s"])
+    # The accounting timed where it runs: part of each run with accountants.
+    assert 0 < out["accounted_s"] < out["with_s"] and len(out["accounted_s_per_point"]) == 2
+    assert out["accounted_overhead"] == pytest.approx(out["accounted_s"] / out["without_s"])
