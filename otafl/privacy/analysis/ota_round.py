@@ -275,6 +275,17 @@ def with_dim(spec: RoundSpec, dim: int | None) -> RoundSpec:
                      spec.channel_noise_var, spec.half_sensitivity, spec.law, dim, spec.total_ok)
 
 
+def _total_is_flat(spec: RoundSpec) -> bool:
+    """Whether eq. (5) is one-dimensional on every row (every term has equal noises on both
+    branches, or pi_m in {0, 1}): then it is the same bound in every dimension."""
+    total = total_count_law(spec.law, spec.participation_prob)
+    if total is None:
+        return False
+    _, _, extra = _total_params(spec, total)
+    share = total.share[:, None, :]
+    return bool(((extra == 0) | (share <= 0) | (share >= 1)).all())
+
+
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
                   xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None, slack: float = 1e-3,
@@ -357,6 +368,8 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         return e_t
     if conditioning == "best":
         conditioning = "others"
+    if conditioning == "total" and spec.dim is not None and spec.dim > 1 and _total_is_flat(spec):
+        spec = with_dim(spec, None)  # the same bound, without the detour through the free one
     cells = round_cells(spec, grid, conditioning, lower=False)
     everyone = torch.arange(B, device=dev)
 
