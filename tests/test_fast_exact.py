@@ -72,6 +72,35 @@ def test_equal_variance_closed_form_root_stays_in_the_reference_bracket():
     assert bool(big.sum() > n // 4) and bool(torch.allclose(u[big], slow[big], rtol=1e-8, atol=0))
 
 
+def test_equal_noise_total_terms_on_broadcast_shapes_match_the_element_by_element_path(monkeypatch):
+    """Eq. (5)'s terms with equal noises computed on the broadcast shapes ([R, E, 1] eps, [R, 1, M]
+    counts) equal conditional_delta's element by element (1e-12 relative), the counts at
+    pi_m in {0, 1} and eps = 0 included (seed 7: 40 random rows, 50 eps, K = 60)."""
+    from otafl.privacy.analysis import ota_round
+    from otafl.privacy.facts import uniform_facts
+
+    rng = np.random.default_rng(7)
+    facts = [uniform_facts(60, float(rng.uniform(0.05, 0.95)), float(rng.uniform(0.01, 1.0)),
+                           float(rng.uniform(0.2, 2.0)), float(rng.uniform(0.0, 5.0)), 2.0, 500) for _ in range(40)]
+    keys = list(dict.fromkeys(k for ks in engine.run_row_keys(facts, "central") for k in ks))
+    spec = engine._spec(keys, 1e-15)
+    eps = torch.tensor(np.concatenate([[0.0], rng.uniform(0.0, 12.0, 48), [40.0]])).expand(len(keys), 50)
+    calls = []
+    fast_fn = ota_round._equal_noise_total_upper
+    monkeypatch.setattr(ota_round, "_equal_noise_total_upper", lambda *a: calls.append(1) or fast_fn(*a))
+    fast, _ = ota_round.round_delta(eps, spec, conditioning="total", lower=False)
+    assert calls  # the broadcast path was taken
+
+    def element_by_element(e, share, w, a, dim):
+        return cells.conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=torch.zeros_like(w),
+                                       half_sensitivity=a, dim=dim, lower=False)[0]
+
+    monkeypatch.setattr(ota_round, "_equal_noise_total_upper", element_by_element)
+    slow, _ = ota_round.round_delta(eps, spec, conditioning="total", lower=False)
+    assert bool((slow > 0).any()) and bool((slow < 1e-6).any())
+    assert torch.allclose(fast, slow, rtol=1e-12, atol=0.0)
+
+
 def test_convex_envelope_matches_the_scan():
     """The vectorised envelope equals the monotone-chain scan (1e-15 absolute)."""
     rng = np.random.default_rng(1)

@@ -37,6 +37,7 @@ import torch
 from otafl.errors import OtaflInputError
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, s_cells
 from otafl.privacy.analysis.count_law import CountLaw, TotalLaw, total_count_law
+from otafl.privacy.analysis.mixture import equal_variance_upper
 
 __all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows", "take_cells",
            "with_dim"]
@@ -207,8 +208,11 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     total = total_count_law(spec.law, spec.participation_prob) if conditioning in ("best", "total") else None
     if total is not None:
         share, w, extra = _total_params(spec, total)
-        up, lo = conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=extra,
-                                   half_sensitivity=a, dim=spec.dim, cells=cells.total, lower=want_lower)
+        if not want_lower and bool((extra == 0).all()):
+            up, lo = _equal_noise_total_upper(e, share, w, a, spec.dim), None
+        else:
+            up, lo = conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=extra,
+                                       half_sensitivity=a, dim=spec.dim, cells=cells.total, lower=want_lower)
         wgt = total.weight[:, None, :]
         t_up = ((wgt * up).sum(-1) + total.dropped[:, None]).clamp(max=1.0)
         if spec.total_ok is not None:  # rows where eq. (5) does not hold: the trivial bound 1
@@ -225,6 +229,25 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     if squeeze:
         return upper[:, 0], (lower[:, 0] if want_lower else None)
     return upper, lower
+
+
+def _equal_noise_total_upper(e: torch.Tensor, share: torch.Tensor, w: torch.Tensor, a: torch.Tensor, dim
+                             ) -> torch.Tensor:
+    """Eq. (5)'s terms' upper bounds [R, E, M] where every term has equal noises on both branches
+    (the upper bound of :func:`conditional_delta` with no extra noise): the closed form of
+    :func:`~otafl.privacy.analysis.mixture.equal_variance_upper` on the broadcast shapes (e
+    [R, E, 1]; share, w [R, 1, M]; a [R, 1, 1]), and :func:`conditional_delta` itself on the
+    elements it does not certify (pi_m in {0, 1}, eps = 0, a bracket that fails its check)."""
+    up, ok = equal_variance_upper(e, torch.logit(share), w, a)
+    if not bool(ok.all()):
+        R, E, M = up.shape
+        bad = torch.nonzero(~ok.reshape(-1)).reshape(-1)
+        r, i, j = bad // (E * M), (bad // M) % E, bad % M
+        u, _ = conditional_delta(e[r, i, 0], participation_prob=share[r, 0, j], absent_var=w[r, 0, j],
+                                 own_noise_var=torch.zeros_like(bad, dtype=_DT),
+                                 half_sensitivity=a.expand(R, 1, 1)[r, 0, 0], dim=dim, lower=False)
+        up = up.reshape(-1).index_put((bad,), u).reshape(R, E, M)
+    return up.clamp(max=1.0)
 
 
 CHECK_LUMP = 2e-3
