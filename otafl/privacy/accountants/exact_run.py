@@ -497,9 +497,9 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
         return compose_profiles([(np.max([prof[k] for k in r], axis=0)[::step], c) for r, c in counts.items() if r],
                                 gap=gap * step, delta_target=delta_target)
 
-    # A quick look on every 4th point first (4x coarser PLDs, when they are long): where the floor is
+    # A quick look on every 4th point first (4x coarser PLDs, from 128 points): where the floor is
     # far below even there, eq. (1) plainly helps and two full-size compositions are spared.
-    far = bool(later) and n >= 1024 and not total(floor, 4) >= (1 - 10 * slack) * total(skip, 4)
+    far = bool(later) and n >= 128 and not total(floor, 4) >= (1 - 10 * slack) * total(skip, 4)
     eps_skip = math.nan if far else total(skip)
     screened = bool(later)
     if later and (far or not total(floor) >= (1 - slack) * eps_skip):
