@@ -52,13 +52,21 @@ def test_lumped_total_count_law_is_above_the_exact_one_and_within_a_tenth_of_a_p
     spec = er._spec(keys, 1e-12)
     law = count_law.total_count_law(spec.law, spec.participation_prob)
     assert law.m.shape[1] < 0.3 * (spec.law.weight.shape[1] + 1)  # blocks of 4
-    for delta in (1e-5, 1e-9):
-        t = torch.full((len(keys),), delta, dtype=F64)
-        lumped = round_epsilon(t, spec, conditioning="total")
-        monkeypatch.setattr(count_law, "TOTAL_LUMP", 0.0)
-        exact = round_epsilon(t, spec, conditioning="total")
-        monkeypatch.undo()
+    for lumped, exact in _eq5_epsilons_with_and_without(monkeypatch, spec, "TOTAL_LUMP"):
         assert bool((lumped >= exact * (1 - REL)).all()) and bool((lumped <= exact * 1.001).all())
+
+
+def _eq5_epsilons_with_and_without(monkeypatch, spec, knob: str):
+    """Eq. (5)'s epsilons of ``spec``'s rows at delta 1e-5 and 1e-9: (as they are, with
+    count_law's ``knob`` set to 0), per delta."""
+    out = []
+    for delta in (1e-5, 1e-9):
+        t = torch.full((spec.participation_prob.shape[0],), delta, dtype=F64)
+        ours = round_epsilon(t, spec, conditioning="total")
+        with monkeypatch.context() as m:
+            m.setattr(count_law, knob, 0.0)
+            out.append((ours, round_epsilon(t, spec, conditioning="total")))
+    return out
 
 
 def test_tail_blocks_of_the_total_count_are_above_every_count_and_within_a_hundredth_of_a_percent(monkeypatch):
@@ -71,14 +79,12 @@ def test_tail_blocks_of_the_total_count_are_above_every_count_and_within_a_hundr
     spec = er._spec(keys, 1e-15)
     law = count_law.total_count_law(spec.law, spec.participation_prob)
     assert law.m.shape[1] < 0.8 * (spec.law.weight.shape[1] + 1)
-    for delta in (1e-5, 1e-9):
-        t = torch.full((len(keys),), delta, dtype=F64)
-        blocked = round_epsilon(t, spec, conditioning="total")
-        monkeypatch.setattr(count_law, "TAIL_BLOCK_MASS", 0.0)
-        every = round_epsilon(t, spec, conditioning="total")
-        monkeypatch.undo()
+    for blocked, every in _eq5_epsilons_with_and_without(monkeypatch, spec, "TAIL_BLOCK_MASS"):
         assert bool((blocked >= every * (1 - REL)).all()) and bool((blocked <= every * (1 + 1e-4)).all())
         assert bool((blocked > every * (1 + REL)).any())  # the blocks are in use
+    with monkeypatch.context() as m:
+        m.setattr(count_law, "TAIL_BLOCK_MASS", 0.0)
+        law = count_law.total_count_law(spec.law, spec.participation_prob)  # every count
     alone = count_law.tail_blocks(law)
     flat = torch.full((1, law.m.shape[1] + 8), 1.0 / (law.m.shape[1] + 8), dtype=F64)  # no tails, longer
     padded = lambda t, fill: torch.cat([t, fill.expand(t.shape[0], 8)], 1)  # noqa: E731
