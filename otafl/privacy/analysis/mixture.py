@@ -290,18 +290,7 @@ def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
         return None
     e, la, ww, aa = (eps, lam, W, a) if whole else (eps[cand], lam[cand], W[cand], a[cand])
     log_pi, log_1mpi = F.logsigmoid(la), F.logsigmoid(-la)
-    log_2a = _LOG2 + log_pi - aa * aa / (2 * ww)
-    b = log_1mpi + log_expm1(e)
-    k = log_2a + e / 2
-    x = ww * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / aa
-    tau = 4 * rtol * (1.0 + x.abs())
-    cA = log_1mpi - 0.5 * torch.log(ww)
-    cB = log_pi - 0.5 * torch.log(ww)
-    iW = 1.0 / ww
-    lo, hi = x - tau, x + tau
-    g_lo = _ratio_value(lo, e, cA, cB, iW, iW, aa)
-    g_hi = _ratio_value(hi, e, cA, cB, iW, iW, aa)
-    ok = torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
+    lo, hi, ok = _closed_form_bracket(e, log_pi, log_1mpi, ww, aa, rtol)
     if bool(ok.all()):
         upper, lower = _bracket_bounds(lo, hi, e, log_pi, log_1mpi, ww, ww, aa, with_lower)
         return cand, upper, lower
@@ -313,6 +302,24 @@ def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     return (torch.nonzero(ok).reshape(-1) if cand is None else cand[ok]), upper, lower
 
 
+def _closed_form_bracket(eps, log_pi, log_1mpi, W, a, rtol):
+    """The certified bracket of :func:`_equal_variances` (w = W): (lo, hi, ok), [x - tau, x + tau]
+    around the closed-form root x, ok where x is finite and L - eps is <= 0 at lo and > 0 at
+    hi. Elementwise on broadcast shapes."""
+    log_2a = _LOG2 + log_pi - a * a / (2 * W)
+    b = log_1mpi + log_expm1(eps)
+    k = log_2a + eps / 2
+    x = W * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / a
+    tau = 4 * rtol * (1.0 + x.abs())
+    cA = log_1mpi - 0.5 * torch.log(W)
+    cB = log_pi - 0.5 * torch.log(W)
+    iW = 1.0 / W
+    lo, hi = x - tau, x + tau
+    g_lo = _ratio_value(lo, eps, cA, cB, iW, iW, a)
+    g_hi = _ratio_value(hi, eps, cA, cB, iW, iW, a)
+    return lo, hi, torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
+
+
 def equal_variance_upper(eps: torch.Tensor, log_odds: torch.Tensor, var: torch.Tensor, half_sensitivity: torch.Tensor,
                          rtol: float = 1e-13) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`mixture_hockey_stick`'s upper bound where w = W (eq. (5) with equal noises), on
@@ -320,34 +327,14 @@ def equal_variance_upper(eps: torch.Tensor, log_odds: torch.Tensor, var: torch.T
     [R, 1, M], say) or on eps alone ([R, E, 1]) are computed once at their own shape, not
     at every (eps, count) element, and nothing is gathered.
 
-    The same closed-form root, certification and bracket bounds as :func:`_equal_variances`
-    (so the same bound up to the rounding of the operations' order). Returns ``(upper,
-    certified)``, both of the broadcast shape: ``upper`` is that bound where ``certified``
-    (0 < pi < 1, w > 0, eps > 0, a > 0, the root's bracket checked by the sign of L - eps at
-    both ends) and undefined elsewhere: the caller computes those elements another way.
+    The same closed-form bracket (:func:`_closed_form_bracket`) and bounds
+    (:func:`_bracket_bounds`) as :func:`_equal_variances`. Returns ``(upper, certified)``,
+    both of the broadcast shape: ``upper`` is that bound where ``certified`` (0 < pi < 1,
+    w > 0, eps > 0, a > 0, the bracket checked) and undefined elsewhere: the caller computes
+    those elements another way.
     """
     lam, w, a = log_odds, var, half_sensitivity
     log_pi, log_1mpi = F.logsigmoid(lam), F.logsigmoid(-lam)
-    iw = 1.0 / w
-    log_w = torch.log(w)
-    log_2a = _LOG2 + log_pi - 0.5 * a * a * iw
-    cA = log_1mpi - 0.5 * log_w
-    cB = log_pi - 0.5 * log_w
-    lem1 = log_expm1(eps)
-    b = log_1mpi + lem1
-    k = log_2a + 0.5 * eps
-    x = w * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / a
-    tau = 4 * rtol * (1.0 + x.abs())
-    lo, hi = x - tau, x + tau
-    g_lo = _ratio_value(lo, eps, cA, cB, iw, iw, a)
-    g_hi = _ratio_value(hi, eps, cA, cB, iw, iw, a)
-    ok = torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0) & (eps > 0) & (w > 0) & (a > 0) & torch.isfinite(lam)
-    # Eq. (3) at hi plus the bracket's slack (as _bracket_bounds, upper only).
-    sw = w.sqrt()
-    log_pos = log_pi + _log_ndtr_upper((hi - a) / sw)
-    log_neg1 = log_pi + eps + _log_ndtr_upper((hi + a) / sw)
-    log_neg0 = log_1mpi + lem1 + _log_ndtr_upper(hi / sw)
-    tail = exp_diff(log_pos, torch.logaddexp(log_neg1, log_neg0)).clamp(min=0.0)
-    dist = torch.clamp(torch.maximum(lo - a, a - hi), min=0.0)
-    log_slack = log_pi + torch.log(hi - lo) - dist * dist * (0.5 * iw) - 0.5 * log_w - _HALF_LOG_2PI
-    return tail + torch.exp(log_slack), ok
+    lo, hi, ok = _closed_form_bracket(eps, log_pi, log_1mpi, w, a, rtol)
+    upper, _ = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, w, a, with_lower=False)
+    return upper, ok & (eps > 0) & (w > 0) & (a > 0) & torch.isfinite(lam)
