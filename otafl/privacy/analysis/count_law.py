@@ -275,6 +275,7 @@ def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float
     weight = absent + present
     share = torch.where(weight > 0, present / weight.clamp(min=1e-300), torch.zeros_like(weight))
     m = law.n_first[:, :1] + torch.arange(wt.shape[1] + 1, dtype=_DT, device=wt.device)
+    total = TotalLaw(m=m, weight=weight, share=share, dropped=law.dropped.clamp(max=1.0))
     lump = TOTAL_LUMP if lump is None else lump
     width = int(lump * float(m[:, 0].min())) if lump > 0 and m.shape[0] else 0
     M = m.shape[1]
@@ -283,13 +284,22 @@ def total_count_law(law: CountLaw, participation_prob: torch.Tensor, lump: float
         inner = torch.arange(1, M - 1, device=wt.device)
         group = torch.cat([torch.zeros(1, dtype=torch.long, device=wt.device), 1 + (inner - 1) // width,
                            torch.tensor([2 + (M - 3) // width], device=wt.device)])
-        G = int(group[-1]) + 1
-        first = torch.full((G,), M, dtype=torch.long, device=wt.device).scatter_reduce(
-            0, group, torch.arange(M, device=wt.device), reduce="amin")
-        weight_b = weight.new_zeros(weight.shape[0], G).index_add_(1, group, weight)
-        share_b = share.new_zeros(share.shape[0], G).scatter_reduce(1, group.expand_as(share), share, reduce="amax")
-        return tail_blocks(TotalLaw(m=m[:, first], weight=weight_b, share=share_b, dropped=law.dropped.clamp(max=1.0)))
-    return tail_blocks(TotalLaw(m=m, weight=weight, share=share, dropped=law.dropped.clamp(max=1.0)))
+        total = _merge_blocks(total, group.expand_as(weight))
+    return tail_blocks(total)
+
+
+def _merge_blocks(total: TotalLaw, group: torch.Tensor) -> TotalLaw:
+    """``total`` with the counts of each row merged by ``group`` [B, M] (block indices,
+    non-decreasing along a row, from 0): each block carried by its smallest m with its largest
+    pi_m and its total weight (sound for eq. (5): its term is non-decreasing in pi and
+    non-increasing in w_m). A row with fewer blocks than the longest gets zero-weight blocks
+    at its last count."""
+    B, G = group.shape[0], int(group.max()) + 1
+    w = total.weight
+    weight = w.new_zeros(B, G).scatter_add_(1, group, w)
+    share = w.new_zeros(B, G).scatter_reduce_(1, group, total.share, reduce="amax")
+    m = total.m[:, -1:].expand(B, G).clone().scatter_reduce_(1, group, total.m, reduce="amin")
+    return TotalLaw(m=m, weight=weight, share=share, dropped=total.dropped)
 
 
 def tail_blocks(total: TotalLaw, mass: float | None = None, width: int | None = None) -> TotalLaw:
@@ -297,10 +307,9 @@ def tail_blocks(total: TotalLaw, mass: float | None = None, width: int | None = 
 
     A count is in a tail when the law's mass at and beyond it, on its side, is at most
     ``mass``, and 0 < pi_m < 1 (the counts at pi_m = 0 and 1, at the window's ends, stay
-    single; zero-weight padding joins the count before it). Blocks are counted outwards from where each tail
-    begins; each is carried, as :func:`total_count_law`'s blocks, by its smallest m with its
-    largest pi_m and its total weight: sound for eq. (5), whose term is non-decreasing in pi
-    and non-increasing in w_m. So the tails, where the terms are many and their weights
+    single; zero-weight padding joins the count before it). Blocks are counted outwards from
+    where each tail begins; each is carried, as :func:`total_count_law`'s blocks, by its smallest
+    m with its largest pi_m and its total weight (:func:`_merge_blocks`). So the tails, where the terms are many and their weights
     tiny, cost a few terms of eq. (5) each instead of one per count. ``mass`` / ``width``:
     None for :data:`TAIL_BLOCK_MASS` / :data:`TAIL_BLOCK_WIDTH`; ``mass`` <= 0 or ``width``
     < 2: unchanged.
@@ -327,10 +336,4 @@ def tail_blocks(total: TotalLaw, mass: float | None = None, width: int | None = 
     label = torch.where(w > 0, label, torch.full_like(label, -1)).cummax(1).values.clamp(min=0)
     start = torch.ones_like(left)
     start[:, 1:] = label[:, 1:] != label[:, :-1]
-    group = torch.cumsum(start.to(torch.long), 1) - 1
-    G = int(group.max()) + 1
-    weight = w.new_zeros(B, G).scatter_add_(1, group, w)
-    share = w.new_zeros(B, G).scatter_reduce_(1, group, total.share, reduce="amax")
-    # Unused trailing groups of shorter rows: zero weight at the row's last count.
-    m = total.m[:, -1:].expand(B, G).clone().scatter_reduce_(1, group, total.m, reduce="amin")
-    return TotalLaw(m=m, weight=weight, share=share, dropped=total.dropped)
+    return _merge_blocks(total, torch.cumsum(start.to(torch.long), 1) - 1)
