@@ -17,9 +17,9 @@ Keys: ``without_s`` / ``with_s`` (CPU seconds summed over the runs, each run tim
 (CPU seconds inside the loop's ``account_facts`` alone, summed; ``accounted_s_per_point``
 interleaved) and ``accounted_overhead`` = accounted_s / without_s (the accounting timed in
 the run that does it: not the difference of two runs, whose training's noise on a shared
-machine is a few CPU-seconds each way), and ``wall_s``;
-with ``--order passes`` instead ``without_wall_s`` / ``with_wall_s`` (each pass's wall
-clock) and ``accounting_overhead_wall`` the same ratio from them. The full sweep (1000 rounds, 10 points) trains for several CPU-minutes;
+machine is a few CPU-seconds each way), and ``wall_s``; with ``--order passes`` instead
+``without_wall_s`` / ``with_wall_s`` (each pass's wall clock) and ``accounting_overhead_wall``
+the same ratio from them. The full sweep (1000 rounds, 10 points) trains for several CPU-minutes;
 ``--rounds`` and ``--points`` give a reduced one (say so when quoting it), and
 ``--bounds-only`` times the bounds-only sweep (``sweep.train = false``) instead.
 
@@ -118,8 +118,8 @@ def main(argv=None) -> dict:
     accountants = [a for a in args.accountants.split(",") if a]
     train = not args.bounds_only
     out: dict = {"spec": SPEC, "points": len(points), "rounds": args.rounds, "workers": args.workers,
-                 "train": train, "accountants": accountants, "clock": "process_time (CPU s), summed over runs"}
-    out["order"] = args.order
+                 "train": train, "accountants": accountants, "clock": "process_time (CPU s), summed over runs",
+                 "order": args.order}
     ctx = mp.get_context("spawn")
     with ctx.Pool(args.workers) as pool:
         pool.map(_warm, [accountants] * args.workers, chunksize=1)
@@ -143,9 +143,8 @@ def main(argv=None) -> dict:
                 res = pool.map(_one, [(p, args.rounds, accs, train) for p in points], chunksize=1)
                 out[f"{label}_wall_s"] = time.perf_counter() - w0
                 out[f"{label}_s"] = sum(r[0] for r in res)
-                if accs:
-                    out["totals"] = [r[1] for r in res]
-                    out["accounted_s"] = sum(r[2] for r in res)
+            out["totals"] = [r[1] for r in res]  # the "with" pass's
+            out["accounted_s"] = sum(r[2] for r in res)
             out["accounting_overhead_wall"] = (out["with_wall_s"] - out["without_wall_s"]) / out["without_wall_s"]
     out["accounting_overhead"] = (out["with_s"] - out["without_s"]) / out["without_s"]
     out["accounted_overhead"] = out["accounted_s"] / out["without_s"]
