@@ -1,5 +1,5 @@
 """Opening a sweep's SQLite results file: the header and marker checks, connections, the
-writer's advisory lock, and SQLite errors as one line (:mod:`otafl.sweep.store`)."""
+writer's advisory lock (and closing both), and SQLite errors as one line (:mod:`otafl.sweep.store`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from otafl.errors import OtaflInputError
+from otafl.sweep.durable import remove_files
 
 try:  # POSIX advisory locks; elsewhere only SQLite's own per-transaction locking applies
     import fcntl
@@ -109,3 +110,11 @@ def _writer_lock(path: Path) -> int | None:
     return fd
 
 
+def _close(conn: sqlite3.Connection | None, lock_fd: int | None, remove: Path | None = None) -> None:
+    """Close the connection and the lock; ``remove``: delete that file (and its WAL) first."""
+    if remove is not None:
+        remove_files(remove)
+    if conn is not None:
+        conn.close()
+    if lock_fd is not None:
+        os.close(lock_fd)

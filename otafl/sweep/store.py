@@ -56,10 +56,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from otafl.errors import OtaflInputError
 from otafl.results import jsonable, unjson
-from otafl.sweep.durable import (ShmGuard, SideFileWatch, StoreLost, check_intact, inode_of, remove_files,
-                                 side_inodes)
-from otafl.sweep.sqlite_files import (APP_MARKER, _check_header, _check_marker, _connect, _not_ours, _sqlite_error,
-                                      _writer_lock, read_only_folder_without_wal)
+from otafl.sweep.durable import ShmGuard, SideFileWatch, StoreLost, check_intact, inode_of, side_inodes
+from otafl.sweep.sqlite_files import (APP_MARKER, _check_header, _check_marker, _close, _connect, _not_ours,
+                                      _sqlite_error, _writer_lock, read_only_folder_without_wal)
 from otafl.sweep.identity import GridIdentity, grid_difference
 
 __all__ = ["APP_MARKER", "SCHEMA_VERSION", "STATUSES", "GridIdentity", "ResultStore", "StoreLost", "StoredRun",
@@ -441,16 +440,6 @@ def open_store(path: str | Path, *, resume: bool = False, grid: GridIdentity | N
         raise
     store.created = created
     return store
-
-
-def _close(conn: sqlite3.Connection | None, lock_fd: int | None, remove: Path | None = None) -> None:
-    """Close the connection and the lock; ``remove``: delete that file (and its WAL) first."""
-    if remove is not None:
-        remove_files(remove)
-    if conn is not None:
-        conn.close()
-    if lock_fd is not None:
-        os.close(lock_fd)
 
 
 def discard_if_empty(store: ResultStore) -> bool:
