@@ -34,6 +34,11 @@ __all__ = ["mixture_hockey_stick", "equal_variance_upper"]
 _LOG2 = math.log(2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _DT = torch.float64
+NEWTON_NEAR = 1e-6
+"""Relative Newton step below which :func:`mixture_hockey_stick` stops iterating and takes the
+step unevaluated (the next error, about the step squared, is below the 4 rtol bracket the
+tightening certifies). Measured on the paper preset's run (issue 31): a quarter fewer Newton
+evaluations (3.86 -> 2.87 million), 2.5 % more tightening ones, the same bounds."""
 
 
 def _log_ndtr_upper(z: torch.Tensor) -> torch.Tensor:
@@ -99,9 +104,10 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     steps safeguarded by bisection. The initial bracket is explicit: L(eps W / 2a) <= eps
     and L(u) >= B - max(A, C) - log 2 >= eps beyond the larger root of a quadratic.
     The iterations run on the elements not yet converged only (compacted), so a batch
-    costs its elements' own iterations, not its slowest element's times its size; each
-    element's result is that of :func:`mixture_hockey_stick_reference` (same steps, up to
-    the rounding of the precomputed constants).
+    costs its elements' own iterations, not its slowest element's times its size. The last
+    Newton step, once below :data:`NEWTON_NEAR`, is taken without evaluating its point; the
+    tightening certifies the bracket as for every element, so each element's bounds are those
+    of :func:`mixture_hockey_stick_reference` up to rounding (its bracket's width the same).
 
     Parameters
     ----------
@@ -216,6 +222,13 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         x_next = torch.where(bad, secant_or_mid(los, his, gls, ghs), x_new)
         tol = rtol * (1.0 + xs.abs())
         now_done = (step.abs() < tol) | (his - los < tol) | (G == 0) | ~torch.isfinite(G)
+        # A Newton step below NEWTON_NEAR lands within the final bracket's width of the root
+        # (quadratic convergence): taken without evaluating G there, the tightening below
+        # certifies its bracket (or widens it, as for any point).
+        near = (step.abs() < NEWTON_NEAR * (1.0 + xs.abs())) & ~bad & ~now_done
+        if bool(near.any()):
+            now_done = now_done | near
+            xs = torch.where(near, x_new, xs)
         if bool(now_done.any()):
             # Integer indices once (a boolean mask is turned into indices by every gather).
             done_i = torch.nonzero(now_done).reshape(-1)
