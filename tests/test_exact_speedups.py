@@ -291,3 +291,62 @@ def test_the_grid_is_sized_for_all_but_the_quietest_share_of_the_rounds():
         fine = er.compose_exact_rounds(keys, delta_target=1e-5, quiet_share=0.0)
         assert fine["points"] >= 3 * coarse["points"], (kind, fine["points"], coarse["points"])
         assert abs(coarse["epsilon"] / fine["epsilon"] - 1) <= 5e-3, (kind, coarse["epsilon"], fine["epsilon"])
+
+
+def test_eq_1_solve_reuses_its_checks_value_and_cells_for_the_same_epsilons(monkeypatch):
+    """At K = 200 (no blocks in the check of where eq. (1) wins), round_epsilon's "best" solve
+    takes eq. (1)'s value at eq. (5)'s epsilon and its s cells from that check: the cells are
+    built once (not again for the solve), at most 90 % of eq. (1)'s row evaluations, and the
+    same epsilons as without (2e-9 relative: both are the upper end of a 1e-9 bracket)."""
+    import dataclasses
+
+    from otafl.privacy.analysis import ota_round
+
+    keys = list(dict.fromkeys(k for ks in er.run_row_keys(_fading(200, 7850, rounds=6, n0=4.0), "local")
+                              for k in ks))
+    spec = er._spec(keys, 1e-12)
+    t = torch.full((len(keys),), 1e-5, dtype=F64) * spec.participation_prob
+    built, evals = [], []
+    cells_of, delta_of = ota_round.round_cells, ota_round.round_delta
+    monkeypatch.setattr(ota_round, "round_cells", lambda s, *a, **k: built.append(a[1:2]) or cells_of(s, *a, **k))
+
+    def counted(eps, s, **kw):
+        if kw.get("conditioning") == "others" and s.dim == 7850:
+            evals.append(s.participation_prob.shape[0])
+        return delta_of(eps, s, **kw)
+
+    monkeypatch.setattr(ota_round, "round_delta", counted)
+    ours = round_epsilon(t, spec)
+    n_ours, b_ours = sum(evals), len(built)
+    evals.clear(), built.clear()
+    with monkeypatch.context() as m:  # as before: the check's own cells, the hint's value computed again
+        solve = ota_round.round_epsilon
+        m.setattr(ota_round, "lumped", lambda s, rel: dataclasses.replace(s))
+        m.setattr(ota_round, "round_epsilon", lambda *a, hint_delta=None, cells=None, **k: solve(*a, **k))
+        plain = round_epsilon(t, spec)
+    assert n_ours > 0 and n_ours <= 0.9 * sum(evals) and b_ours < len(built)
+    assert torch.allclose(ours, plain, rtol=2e-9, atol=0.0)
+
+
+def test_newton_stops_a_step_early_with_the_same_bounds(monkeypatch):
+    """mixture_hockey_stick takes its last Newton step (below NEWTON_NEAR) without evaluating
+    it, the tightening certifies the bracket: the same upper and lower bounds as iterating to
+    the end (1e-8 relative, 1e-20 absolute: the brackets are as wide, from another starting
+    point; seed 11, 20,000 random elements with w < W) for at most 85 % of the Newton evaluations."""
+    from otafl.privacy.analysis import mixture
+
+    g = torch.Generator().manual_seed(11)
+    n = 20000
+    nrm = lambda: torch.randn(n, generator=g, dtype=F64)  # noqa: E731
+    eps = 5 * torch.rand(n, generator=g, dtype=F64)
+    w = torch.exp(2 * nrm())
+    x = dict(log_odds=4 * nrm(), absent_var=w, present_var=w + torch.exp(2 * nrm()), half_sensitivity=torch.exp(nrm()))
+    count, terms = [], mixture._ratio_terms
+    monkeypatch.setattr(mixture, "_ratio_terms", lambda u, *a: count.append(u.numel()) or terms(u, *a))
+    up, lo = mixture.mixture_hockey_stick(eps, **x)
+    n_near = sum(count)
+    count.clear()
+    monkeypatch.setattr(mixture, "NEWTON_NEAR", 0.0)
+    up0, lo0 = mixture.mixture_hockey_stick(eps, **x)
+    assert torch.allclose(up, up0, rtol=1e-8, atol=1e-20) and torch.allclose(lo, lo0, rtol=1e-8, atol=1e-20)
+    assert n_near <= 0.85 * sum(count)

@@ -312,7 +312,7 @@ def _total_is_flat(spec: RoundSpec) -> bool:
 def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   grid: CellGrid = DEFAULT_GRID, conditioning: str = "best",
                   xtol: float = 1e-9, max_eps: float = 1e7, upper_hint=None, slack: float = 1e-3,
-                  first_step=None) -> torch.Tensor:
+                  first_step=None, hint_delta=None, cells: RoundCells | None = None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
     The profile is non-increasing and convex in eps, so the root of
@@ -335,6 +335,11 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
     first_step : [B] or None, with ``upper_hint``: the relative distance below the hint of
         the first point tried (default ``xtol``; then 16x farther each time the target is
         still met). Where the root's distance is predicted, a bracket in one evaluation.
+    hint_delta : [B] or None, with ``upper_hint``: an upper bound on delta at the hint, at most
+        the target (its value there is then not computed again; any such bound brackets).
+        The "best" solve passes eq. (1)'s value from its check (law of n in blocks: above it).
+    cells : ``round_cells(spec, grid, conditioning, lower=False)`` when the caller has them
+        (single conditioning only).
     slack : with "best", eq. (1) is solved only where it could lower eq. (5)'s eps by more
         than this fraction (estimated from eq. (5)'s log-slope); 0 solves it wherever it wins.
 
@@ -357,14 +362,17 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
             # bound exceeding the target means eq. (1)'s computed bound does too at e_t.
             _, low1 = round_delta(probe, with_dim(spec, 1), conditioning="others")
             rest = torch.nonzero(~(torch.isfinite(e_t) & (low1 > t))).reshape(-1)
-        need = rest[:0]
+        need, cells_rest = rest[:0], None
         first = torch.full((B,), xtol, dtype=_DT, device=dev)  # the hinted solve's first step down
         if rest.numel():
             # Eq. (1) at eq. (5)'s eps, its law of n in blocks over which the absent variance
             # grows by at most 0.2 % (an upper bound: each block charged at its smallest n):
             # at K = 10^4 a few dozen blocks instead of ~700 counts, each with its own cells.
-            d_o, _ = round_delta(probe[rest], lumped(take_rows(spec, rest), CHECK_LUMP), grid=grid,
-                                 conditioning="others", lower=False)
+            sub = take_rows(spec, rest)
+            check = lumped(sub, CHECK_LUMP)
+            # Unlumped (blocks narrower than 2): the check's cells and value are the solve's own.
+            cells_rest = round_cells(sub, grid, "others", lower=False) if check is sub else None
+            d_o, _ = round_delta(probe[rest], check, grid=grid, cells=cells_rest, conditioning="others", lower=False)
             need = rest[(d_o <= t[rest]) | ~torch.isfinite(e_t[rest])]
             fin = need[torch.isfinite(e_t[need]) & (e_t[need] > 0)]
             if slack > 0 and fin.numel():
@@ -384,16 +392,20 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                 first[fin] = (1.5 * saved / e_t[fin]).nan_to_num(nan=xtol).clamp(min=xtol, max=0.5)
         for rows, hinted in ((need[torch.isfinite(e_t[need])], True), (need[~torch.isfinite(e_t[need])], False)):
             if rows.numel():  # eq. (1) where it can win: from below eq. (5)'s eps, or from scratch
+                at = torch.searchsorted(rest, rows)
                 e_o = round_epsilon(t[rows], take_rows(spec, rows), conditioning="others",
                                     upper_hint=probe[rows] if hinted else None,
-                                    first_step=first[rows] if hinted else None, **kw)
+                                    first_step=first[rows] if hinted else None,
+                                    hint_delta=d_o[at] if hinted else None,
+                                    cells=None if cells_rest is None else take_cells(cells_rest, at), **kw)
                 e_t[rows] = torch.minimum(e_t[rows], e_o)
         return e_t
     if conditioning == "best":
         conditioning = "others"
     if conditioning == "total" and spec.dim is not None and spec.dim > 1 and _total_is_flat(spec):
         spec = with_dim(spec, None)  # the same bound, without the detour through the free one
-    cells = round_cells(spec, grid, conditioning, lower=False)
+    if cells is None:
+        cells = round_cells(spec, grid, conditioning, lower=False)
     everyone = torch.arange(B, device=dev)
 
     def f(x, rows=everyone):
@@ -429,7 +441,11 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         # 16 xtol, 256 xtol, ... until the target fails. A root within xtol of the hint
         # (eq. (1) barely better than eq. (5)) is then bracketed in two evaluations.
         hi = torch.as_tensor(upper_hint, dtype=_DT, device=dev).expand(B).clone()
-        f_hi = f(hi)
+        if hint_delta is None:
+            f_hi = f(hi)
+        else:  # an upper bound at the hint, <= target: the sign f_hi <= 0 holds for ours
+            f_hi = torch.log(torch.as_tensor(hint_delta, dtype=_DT, device=dev).expand(B)) - log_t
+            f_hi = update(~(f_hi <= 0), f_hi, f, hi)
         frac = torch.full_like(hi, xtol) if first_step is None else \
             torch.as_tensor(first_step, dtype=_DT, device=dev).expand(B).clone()
         lo = hi * (1 - frac)
