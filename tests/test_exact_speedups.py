@@ -350,3 +350,30 @@ def test_newton_stops_a_step_early_with_the_same_bounds(monkeypatch):
     up0, lo0 = mixture.mixture_hockey_stick(eps, **x)
     assert torch.allclose(up, up0, rtol=1e-8, atol=1e-20) and torch.allclose(lo, lo0, rtol=1e-8, atol=1e-20)
     assert n_near <= 0.85 * sum(count)
+
+
+def test_the_newton_kernel_equals_the_likelihood_ratio_it_rewrites():
+    """_ratio_terms (L through D = A - (B + C) / 2 and t = (B - C) / 2) against
+    _likelihood_ratio (the log-sum-exps of the three branches), at random points u around the
+    root's scale (seed 13, 20,000 elements, pi up to 1 - 1e-12 and down to 1e-12): L within
+    1e-12 absolute plus 1e-12 of |A|, dL/du within 1e-9 relative plus 1e-12 absolute."""
+    import torch.nn.functional as F
+
+    from otafl.privacy.analysis import mixture
+
+    g = torch.Generator().manual_seed(13)
+    n = 20000
+    nrm = lambda: torch.randn(n, generator=g, dtype=F64)  # noqa: E731
+    lam = (10 * nrm()).clamp(-27.6, 27.6)
+    w = torch.exp(2 * nrm())
+    W = w + torch.exp(2 * nrm())
+    a, eps = torch.exp(nrm()), 5 * torch.rand(n, generator=g, dtype=F64)
+    u = (eps * W / (2 * a)) * torch.exp(nrm())
+    log_pi, log_1mpi = F.logsigmoid(lam), F.logsigmoid(-lam)
+    G0, dG0 = mixture._likelihood_ratio(u, eps, log_pi, log_1mpi, w, W, a)
+    k = mixture._ratio_consts(log_1mpi - 0.5 * torch.log(w), log_pi - 0.5 * torch.log(W), 1 / w, 1 / W, a)
+    G, dG = mixture._ratio_terms(u, eps, *k)
+    scale = (log_1mpi - u * u / (2 * w)).abs()
+    assert bool(((G - G0).abs() <= 1e-12 + 1e-12 * scale).all())
+    assert bool(((dG - dG0).abs() <= 1e-9 * dG0.abs() + 1e-12).all())
+    assert torch.equal(mixture._ratio_value(u, eps, *k), G)

@@ -68,30 +68,38 @@ def _tail_excess(u, eps, log_pi, log_1mpi, w, W, a):
     return exp_diff(log_pos, torch.logaddexp(log_neg1, log_neg0))
 
 
-def _exponents(u, cA, cB, iw, iW, a):
-    """The log-densities A (absent branch), B (present, +a) and C (present, -a) at ``u`` from the
-    precomputed constants (cA = log(1 - pi) - log(w) / 2, cB = log(pi) - log(W) / 2, iw = 1 / w,
-    iW = 1 / W), and u - a, u + a."""
-    um, up = u - a, u + a
-    return cA - 0.5 * u * u * iw, cB - 0.5 * um * um * iW, cB - 0.5 * up * up * iW, um, up
+def _ratio_consts(cA, cB, iw, iW, a):
+    """(k0, k1, ka) of :func:`_ratio_terms` from cA = log(1 - pi) - log(w) / 2, cB = log(pi) -
+    log(W) / 2, iw = 1 / w, iW = 1 / W: with A, B, C the log-densities of the absent branch and
+    the present ones at +a and -a, A - (B + C) / 2 = k0 + k1 u^2 and (B - C) / 2 = ka u."""
+    return cA - cB + 0.5 * a * a * iW, 0.5 * (iW - iw), a * iW
 
 
-def _ratio_terms(u, eps, cA, cB, iw, iW, a):
-    """G(u) = L(u) - eps and dG/du (:func:`_likelihood_ratio` with fewer temporaries: the Newton
-    loop's kernel)."""
-    A, B, C, um, up = _exponents(u, cA, cB, iw, iW, a)
-    G = torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
-    sAB = torch.sigmoid(A - B)
-    sAC = torch.sigmoid(A - C)
-    dG = (sAC - sAB) * u * iw - (1 - sAB) * um * iW + (1 - sAC) * up * iW
+def _softplus(x):
+    """log(1 + e^x), exact in both tails (torch's softplus turns linear above a threshold)."""
+    return torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _ratio_terms(u, eps, k0, k1, ka):
+    """G(u) = L(u) - eps and dG/du: the Newton loop's kernel. With D = A - (B + C) / 2 and
+    t = (B - C) / 2, L = log(e^A + e^B) - log(e^A + e^C) = 2 t + softplus(D - t) - softplus(D + t),
+    and dL/du = sigmoid(D - t) (2 k1 u - ka) - sigmoid(D + t) (2 k1 u + ka) + 2 ka
+    (:func:`_likelihood_ratio` in fewer operations)."""
+    D = k0 + k1 * (u * u)
+    t = ka * u
+    x1, x2 = D - t, D + t
+    G = 2 * t + _softplus(x1) - _softplus(x2) - eps
+    v = 2 * k1 * u
+    dG = torch.sigmoid(x1) * (v - ka) - torch.sigmoid(x2) * (v + ka) + 2 * ka
     return G, dG
 
 
-def _ratio_value(u, eps, cA, cB, iw, iW, a):
+def _ratio_value(u, eps, k0, k1, ka):
     """G(u) = L(u) - eps alone (:func:`_ratio_terms` without the derivative): where only its sign
     is read (bracket ends)."""
-    A, B, C, _, _ = _exponents(u, cA, cB, iw, iW, a)
-    return torch.logaddexp(A, B) - torch.logaddexp(A, C) - eps
+    D = k0 + k1 * (u * u)
+    t = ka * u
+    return 2 * t + _softplus(D - t) - _softplus(D + t) - eps
 
 
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
@@ -171,11 +179,9 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     lo = torch.where(full, u_star, u_star.clone())
     hi = torch.where(full, u_star, hi)
 
-    cA = log_1mpi - 0.5 * torch.log(w)
-    cB = log_pi - 0.5 * torch.log(W)
-    iw, iW = 1.0 / w, 1.0 / W
-    g_lo = _ratio_value(lo, eps, cA, cB, iw, iW, a)
-    g_hi = _ratio_value(hi, eps, cA, cB, iw, iW, a)
+    k0, k1, ka = _ratio_consts(log_1mpi - 0.5 * torch.log(w), log_pi - 0.5 * torch.log(W), 1.0 / w, 1.0 / W, a)
+    g_lo = _ratio_value(lo, eps, k0, k1, ka)
+    g_hi = _ratio_value(hi, eps, k0, k1, ka)
     g_lo = g_lo.clamp(max=0.0)
     g_hi = g_hi.clamp(min=0.0)
 
@@ -196,7 +202,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
 
     # Newton on the elements not yet converged (converged ones are frozen, as in the reference).
     idx = torch.nonzero(~full).reshape(-1)
-    par = [t[idx] for t in (eps, cA, cB, iw, iW, a)]
+    par = [t[idx] for t in (eps, k0, k1, ka)]
     xs, los, his, gls, ghs = (t[idx] for t in (x, lo, hi, g_lo, g_hi))
     log_e = torch.log(par[0])  # log eps, compacted with par
     for _ in range(max_iter):
@@ -247,7 +253,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     # Tighten the bracket around the Newton point on both sides (see the reference); only
     # the elements whose bracket is still wider than 2.5 tau are iterated again.
     idx = torch.nonzero(~full).reshape(-1)
-    par = [t[idx] for t in (eps, cA, cB, iw, iW, a)]
+    par = [t[idx] for t in (eps, k0, k1, ka)]
     xs, los, his = x[idx], lo[idx], hi[idx]
     tau = 4 * rtol * (1.0 + xs.abs())
     for _ in range(40):
@@ -324,12 +330,11 @@ def _closed_form_bracket(eps, log_pi, log_1mpi, W, a, rtol):
     k = log_2a + eps / 2
     x = W * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / a
     tau = 4 * rtol * (1.0 + x.abs())
-    cA = log_1mpi - 0.5 * torch.log(W)
-    cB = log_pi - 0.5 * torch.log(W)
-    iW = 1.0 / W
+    half_log_W = 0.5 * torch.log(W)
+    k0, k1, ka = _ratio_consts(log_1mpi - half_log_W, log_pi - half_log_W, 1.0 / W, 1.0 / W, a)
     lo, hi = x - tau, x + tau
-    g_lo = _ratio_value(lo, eps, cA, cB, iW, iW, a)
-    g_hi = _ratio_value(hi, eps, cA, cB, iW, iW, a)
+    g_lo = _ratio_value(lo, eps, k0, k1, ka)
+    g_hi = _ratio_value(hi, eps, k0, k1, ka)
     return lo, hi, torch.isfinite(x) & (g_lo <= 0) & (g_hi > 0)
 
 
