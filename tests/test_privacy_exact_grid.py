@@ -135,4 +135,5 @@ def test_skipping_eq1_where_it_saves_under_the_slack_costs_at_most_about_that_sl
     assert full[0] < total[0] and quick[0] == total[0]
     assert bool((quick >= full * (1 - 1e-9)).all()) and bool((quick <= full * 1.003).all())
     full, quick, total = eps(200)  # eq. (1) saves about 2.5 %: still solved
-    assert full[0] < 0.99 * total[0] and torch.allclose(quick, full, rtol=1e-9, atol=0)
+    # the same root from two starts: each the upper end of a bracket 1e-9 (1 + eps) wide
+    assert full[0] < 0.99 * total[0] and torch.allclose(quick, full, rtol=0, atol=2e-9 * (1 + float(full.max())))

@@ -38,6 +38,7 @@ from otafl.errors import OtaflInputError
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, s_cells
 from otafl.privacy.analysis.count_law import CountLaw, TotalLaw, total_count_law
 from otafl.privacy.analysis.mixture import equal_variance_upper
+from otafl.privacy.analysis.roots import bracketed_root, sign_gap
 
 __all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows", "take_cells",
            "with_dim"]
@@ -315,10 +316,12 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   first_step=None, hint_delta=None, cells: RoundCells | None = None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
-    The profile is non-increasing and convex in eps, so the root of
-    log delta(eps) - log delta_target is bracketed and found by the Illinois variant of
-    regula falsi (bisection where a step leaves the bracket). The returned value is the
-    upper end of the final bracket, so delta(eps) <= delta_target holds there.
+    The profile is non-increasing in eps, so the root of sqrt(-log delta_target) -
+    sqrt(-log delta(eps)) (:func:`_gap`, the sign of delta - target) is bracketed and found by
+    secant steps through the last two points, safeguarded by the Illinois variant of regula
+    falsi (where a step leaves the bracket) and by bisection (where the bracket stops
+    halving). The returned value is the upper end of the final bracket, so
+    delta(eps) <= delta_target holds there.
 
     With ``conditioning="best"`` the eps of eq. (5) (cheap: 1-D when the noises are equal)
     is found first; eq. (1) is solved only for rows where its delta at that eps is
@@ -406,6 +409,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         spec = with_dim(spec, None)  # the same bound, without the detour through the free one
     if cells is None:
         cells = round_cells(spec, grid, conditioning, lower=False)
+    root_t = torch.sqrt((-log_t).clamp(min=0.0))
     everyone = torch.arange(B, device=dev)
 
     def f(x, rows=everyone):
@@ -416,7 +420,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         sub = spec if whole else take_rows(spec, rows)
         c = cells if whole else take_cells(cells, rows)
         up, _ = round_delta(x, sub, cells=c, conditioning=conditioning, lower=False)
-        return torch.log(up) - log_t[rows]
+        return sign_gap(up, root_t[rows])
 
     def update(mask, values, fn, x):
         """values with the rows in mask replaced by fn(x) evaluated on those rows only."""
@@ -444,7 +448,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         if hint_delta is None:
             f_hi = f(hi)
         else:  # an upper bound at the hint, <= target: the sign f_hi <= 0 holds for ours
-            f_hi = torch.log(torch.as_tensor(hint_delta, dtype=_DT, device=dev).expand(B)) - log_t
+            f_hi = sign_gap(torch.as_tensor(hint_delta, dtype=_DT, device=dev).expand(B), root_t)
             f_hi = update(~(f_hi <= 0), f_hi, f, hi)
         frac = torch.full_like(hi, xtol) if first_step is None else \
             torch.as_tensor(first_step, dtype=_DT, device=dev).expand(B).clone()
@@ -471,26 +475,6 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
         f_hi = update(grow, f_hi, f, hi)
     unbounded = (f_hi > 0) & ~zero
     active = ~zero & ~unbounded
-    side = torch.zeros(B, dtype=torch.int8, device=dev)  # which end moved last: -1 lo, +1 hi
-    for _ in range(200):
-        active = active & (hi - lo > xtol * (1 + hi))  # converged rows are frozen
-        if not bool(active.any()):
-            break
-        x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
-        ok = torch.isfinite(x) & (x > lo) & (x < hi)
-        x = torch.where(ok, x, 0.5 * (lo + hi))
-        fx = update(active, torch.zeros_like(x), f, x)
-        below = fx <= 0  # x satisfies the target: new upper end
-        hi_new = torch.where(below, x, hi)
-        lo_new = torch.where(below, lo, x)
-        # Illinois: halve the stale end's function value when the same end moves twice.
-        f_lo_new = torch.where(below, torch.where(side == 1, f_lo / 2, f_lo), fx)
-        f_hi_new = torch.where(below, fx, torch.where(side == -1, f_hi / 2, f_hi))
-        side_new = torch.where(below, torch.ones_like(side), -torch.ones_like(side))
-        hi = torch.where(active, hi_new, hi)
-        lo = torch.where(active, lo_new, lo)
-        f_lo = torch.where(active, f_lo_new, f_lo)
-        f_hi = torch.where(active, f_hi_new, f_hi)
-        side = torch.where(active, side_new, side)
+    hi = bracketed_root(lambda mask, x: update(mask, torch.zeros_like(x), f, x), lo, hi, f_lo, f_hi, active, xtol)
     out = torch.where(zero, torch.zeros_like(hi), hi)
     return torch.where(unbounded, torch.full_like(hi, math.inf), out)
