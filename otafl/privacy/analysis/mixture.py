@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from otafl.privacy.analysis.gaussian import exp_diff, log_expm1
 
-__all__ = ["mixture_hockey_stick", "equal_variance_upper"]
+__all__ = ["mixture_hockey_stick", "equal_variance_upper", "zero_eps_value"]
 
 _LOG2 = math.log(2.0)
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -356,3 +356,16 @@ def equal_variance_upper(eps: torch.Tensor, log_odds: torch.Tensor, var: torch.T
     lo, hi, ok = _closed_form_bracket(eps, log_pi, log_1mpi, w, a, rtol)
     upper, _ = _bracket_bounds(lo, hi, eps, log_pi, log_1mpi, w, w, a, with_lower=False)
     return upper, ok & (eps > 0) & (w > 0) & (a > 0) & torch.isfinite(lam)
+
+
+def zero_eps_value(log_odds: torch.Tensor, absent_var: torch.Tensor, present_var: torch.Tensor,
+                   half_sensitivity: torch.Tensor) -> torch.Tensor:
+    """h_0(pi), the total variation distance of the pair, for 0 < pi < 1: eq. (3) at its root
+    u_1 = 0 (p_P - p_Q = pi (phi_W(u - a) - phi_W(u + a)) is > 0 exactly for u > 0, whatever w),
+    so pi (1 - 2 Qbar(a / sqrt W)). The value :func:`mixture_hockey_stick` gives at eps = 0 (its
+    bracket is [0, 0] there), without its iterations; broadcast shapes."""
+    lam = torch.as_tensor(log_odds, dtype=_DT)
+    zero = torch.zeros((), dtype=_DT)
+    return _tail_excess(zero, zero, F.logsigmoid(lam), F.logsigmoid(-lam), torch.as_tensor(absent_var, dtype=_DT),
+                        torch.as_tensor(present_var, dtype=_DT), torch.as_tensor(half_sensitivity, dtype=_DT)
+                        ).clamp(min=0.0)

@@ -37,7 +37,8 @@ import torch
 from otafl.errors import OtaflInputError
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, s_cells
 from otafl.privacy.analysis.count_law import CountLaw, TotalLaw, total_count_law
-from otafl.privacy.analysis.mixture import equal_variance_upper
+from otafl.privacy.analysis.gaussian import gaussian_hockey_stick
+from otafl.privacy.analysis.mixture import equal_variance_upper, zero_eps_value
 from otafl.privacy.analysis.roots import bracketed_root, sign_gap
 
 __all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows", "take_cells",
@@ -235,18 +236,35 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
 def _equal_noise_total_upper(e: torch.Tensor, share: torch.Tensor, w: torch.Tensor, a: torch.Tensor, dim
                              ) -> torch.Tensor:
     """Eq. (5)'s terms' upper bounds [R, E, M] where every term has equal noises on both branches
-    (the upper bound of :func:`conditional_delta` with no extra noise): the closed form of
-    :func:`~otafl.privacy.analysis.mixture.equal_variance_upper` on the broadcast shapes (e
-    [R, E, 1]; share, w [R, 1, M]; a [R, 1, 1]), and :func:`conditional_delta` itself on the
-    elements it does not certify (pi_m in {0, 1}, eps = 0, a bracket that fails its check)."""
-    up, ok = equal_variance_upper(e, torch.logit(share), w, a)
-    if not bool(ok.all()):
-        R, E, M = up.shape
-        bad = torch.nonzero(~ok.reshape(-1)).reshape(-1)
+    (:func:`conditional_delta`'s upper bound, no extra noise): :func:`equal_variance_upper` on the
+    broadcast shapes (e [R, E, 1]; share, w [R, 1, M]; a [R, 1, 1]); where it certifies no root,
+    conditional_delta's closed forms on those shapes (pi_m = 0: 0; pi_m = 1: the Gaussian at W;
+    eps = 0: the total variation, :func:`zero_eps_value`), else conditional_delta itself."""
+    R, E, M = e.shape[0], e.shape[1], share.shape[2]
+    lam = torch.logit(share)
+    up, ok = equal_variance_upper(e, lam, w, a)
+    if bool(ok.all()):
+        return up.clamp(max=1.0)
+    a3 = a.expand(R, 1, 1)
+    none, full = share <= 0, share >= 1  # [R, 1, M]
+    done = ok | none
+    up = torch.where(none, torch.zeros((), dtype=_DT), up)
+    r, j = torch.nonzero(full.reshape(R, M), as_tuple=True)
+    if r.numel():  # pi_m = 1: the Gaussian mechanism, at every eps of the row
+        up[r, :, j] = gaussian_hockey_stick(epsilon=e[r, :, 0], sensitivity=2 * a3[r, 0], noise_std=w[r, 0, j, None].sqrt())
+        done = done | full
+    r, i = torch.nonzero((e == 0).reshape(R, E), as_tuple=True)
+    if r.numel():  # eps = 0, 0 < pi_m < 1: the total variation
+        inner = ~none[r, 0] & ~full[r, 0]
+        tv = zero_eps_value(lam[r, 0], w[r, 0], w[r, 0], a3[r, 0])
+        up[r, i] = torch.where(inner, tv, up[r, i])
+        done[r, i] = done[r, i] | inner
+    if not bool(done.all()):
+        bad = torch.nonzero(~done.reshape(-1)).reshape(-1)
         r, i, j = bad // (E * M), (bad // M) % E, bad % M
         u, _ = conditional_delta(e[r, i, 0], participation_prob=share[r, 0, j], absent_var=w[r, 0, j],
                                  own_noise_var=torch.zeros_like(bad, dtype=_DT),
-                                 half_sensitivity=a.expand(R, 1, 1)[r, 0, 0], dim=dim, lower=False)
+                                 half_sensitivity=a3[r, 0, 0], dim=dim, lower=False)
         up = up.reshape(-1).index_put((bad,), u).reshape(R, E, M)
     return up.clamp(max=1.0)
 
