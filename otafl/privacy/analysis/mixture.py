@@ -200,8 +200,10 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
         x_eq = W * log_z / a
         x = torch.where(equal & torch.isfinite(x_eq) & (x_eq >= lo) & (x_eq <= hi), x_eq, x)
 
-    # Newton on the elements not yet converged (converged ones are frozen, as in the reference).
-    idx = torch.nonzero(~full).reshape(-1)
+    # Newton on the elements not yet converged (converged ones are frozen, as in the reference);
+    # at eps = 0 the root is u = 0 (by symmetry; set below), nothing to iterate.
+    iterate = ~full & (eps > 0)
+    idx = torch.nonzero(iterate).reshape(-1)
     par = [t[idx] for t in (eps, k0, k1, ka)]
     xs, los, his, gls, ghs = (t[idx] for t in (x, lo, hi, g_lo, g_hi))
     log_e = torch.log(par[0])  # log eps, compacted with par
@@ -252,7 +254,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
 
     # Tighten the bracket around the Newton point on both sides (see the reference); only
     # the elements whose bracket is still wider than 2.5 tau are iterated again.
-    idx = torch.nonzero(~full).reshape(-1)
+    idx = torch.nonzero(iterate).reshape(-1)
     par = [t[idx] for t in (eps, k0, k1, ka)]
     xs, los, his = x[idx], lo[idx], hi[idx]
     tau = 4 * rtol * (1.0 + xs.abs())
