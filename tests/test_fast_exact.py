@@ -184,7 +184,7 @@ def _reference_total(monkeypatch, keys, delta):
     composition, the scan envelope, eq. (1) at every point."""
     with monkeypatch.context() as m:
         m.setattr(cells, "mixture_hockey_stick", mixture_hockey_stick_reference)
-        m.setattr(pld, "compose_dense_counted", pld.compose_counted)
+        m.setattr(pld, "compose_dense_counted", lambda plds, *a, **k: pld.compose_counted(plds))
         m.setattr(pld, "lower_convex_envelope", pld._lower_convex_envelope_scan)
         engine.clear_caches()
         return engine.compose_exact_rounds(keys, delta_target=delta, others_stride=1)["epsilon"]
@@ -216,3 +216,37 @@ def test_rounded_total_is_at_least_the_unrounded_one(kind):
     rounded = engine.compose_exact_rounds(engine.run_row_keys(facts, kind), delta_target=1e-5)
     assert rounded["distinct_rows"] <= exact["distinct_rows"]
     assert exact["epsilon"] * (1 - REL) <= rounded["epsilon"] <= exact["epsilon"] * 1.01
+
+
+def test_round_pmfs_of_all_rows_at_once_equal_each_rows_own_connect_the_dots_pmf():
+    """pld_dense.round_pmfs (every round's profile at once: running minimum, convex envelope,
+    connect-the-dots masses, tails cut) equals the one-row path it replaced (lower_convex_envelope,
+    connect_dots_pmf, _trim) on 60 random profiles (seed 17: convex ones, kinked minima of two,
+    a NaN, values off [0, 1] by a little): the same loss range and infinite mass, masses within
+    1e-15 absolute."""
+    from otafl.privacy.analysis import pld_dense
+
+    rng = np.random.default_rng(17)
+    points, gap = 80, 0.05
+    e = gap * np.arange(points + 1)
+    rows = []
+    for i in range(60):
+        a, b = rng.uniform(0.5, 4.0, size=2)
+        prof = np.exp(-a * e * e - rng.uniform(0, 2) * e)
+        if i % 3 == 1:
+            prof = np.minimum(prof, 0.5 * np.exp(-b * e))  # min of two: not convex
+        if i % 7 == 2:
+            prof[rng.integers(points)] = np.nan
+        if i % 11 == 3:
+            prof = prof * (1 + 1e-12)
+        rows.append(prof)
+    got = pld_dense.round_pmfs(np.stack(rows), gap, tail=1e-15)
+    for prof, pmf in zip(rows, got):
+        pos = np.minimum.accumulate(np.clip(np.nan_to_num(prof, nan=1.0), 0.0, 1.0))
+        pos = pld.lower_convex_envelope(np.exp(e), pos)
+        neg = 1.0 - np.exp(-e) + np.exp(-e) * pos
+        one = pld_dense._trim(pld_dense.connect_dots_pmf(gap, points, np.clip(np.concatenate([neg[::-1], pos[1:]]), 0, 1)),
+                              1e-15)
+        assert pmf._lower_loss == one._lower_loss and len(pmf._probs) == len(one._probs)  # noqa: SLF001
+        assert math.isclose(pmf._infinity_mass, one._infinity_mass, rel_tol=1e-12, abs_tol=1e-300)  # noqa: SLF001
+        assert np.allclose(pmf._probs, one._probs, rtol=0, atol=1e-15)  # noqa: SLF001

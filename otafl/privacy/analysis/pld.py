@@ -25,13 +25,14 @@ import torch
 from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
 from otafl.privacy.analysis.count_law import lump_counts, total_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, take_rows, with_dim
-from otafl.privacy.analysis.pld_dense import compose_dense_counted, connect_dots_pmf, dense_arrays  # noqa: F401
+from otafl.privacy.analysis.pld_dense import compose_dense_counted, connect_dots_pmf, dense_arrays, round_pmfs  # noqa: F401
 
 __all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "total_upper", "others_floor", "probe_rows", "profile_grid",
            "compose_profiles"]
 
 _DT = torch.float64
 MAX_GRID_EPS = 500.0
+_TAIL = 1e-15  # each composition's tails cut to the pessimistic side (pld_dense, as dp_accounting's)
 """Largest grid end eps_max for a PLD (e^eps must stay finite); beyond, the total is +inf."""
 
 
@@ -376,20 +377,16 @@ def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float
     if any(gap * (len(pos) - 1) > MAX_GRID_EPS for pos, _ in profiles):
         return math.inf
 
-    def round_pld(pos):
-        pos = np.nan_to_num(np.asarray(pos, dtype=np.float64), nan=1.0)  # an undefined value: the worst
-        points = len(pos) - 1
-        e_np = gap * np.arange(points + 1)
-        pos = np.minimum.accumulate(np.clip(pos, 0.0, 1.0))
-        pos = lower_convex_envelope(np.exp(e_np), pos)
-        neg = 1.0 - np.exp(-e_np) + np.exp(-e_np) * pos  # delta(-eps_i)
-        # Rounding in the lines above can break monotonicity or [0, 1] by an ulp: connect_dots_pmf
-        # takes the running minimum (of upper bounds on a non-increasing profile: still an upper
-        # bound on it), and the clip keeps a denormal below 0 out.
-        deltas = np.clip(np.concatenate([neg[::-1], pos[1:]]), 0.0, 1.0)
-        return PrivacyLossDistribution(connect_dots_pmf(gap, points, deltas))
-
-    total = compose_dense_counted((round_pld(pos), count) for pos, count in profiles)
+    pmfs: list = [None] * len(profiles)
+    by_length: dict[int, list] = {}
+    for i, (pos, _) in enumerate(profiles):
+        by_length.setdefault(len(pos), []).append(i)
+    for members in by_length.values():  # each round's connect-the-dots PLD, all rounds of a length at once
+        for i, pmf in zip(members, round_pmfs(np.stack([np.asarray(profiles[i][0], dtype=np.float64) for i in members]),
+                                              gap, tail=_TAIL)):
+            pmfs[i] = pmf
+    total = compose_dense_counted(((PrivacyLossDistribution(pmf), count) for pmf, (_, count) in zip(pmfs, profiles)),
+                                  _TAIL, trimmed=True)
     if total is None:
         return 0.0
     eps = epsilon_for_delta(total, delta_target)
