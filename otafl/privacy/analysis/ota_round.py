@@ -334,11 +334,10 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
                   first_step=None, hint_delta=None, cells: RoundCells | None = None) -> torch.Tensor:
     """Smallest eps (to ``xtol`` relative) whose *upper* bound delta(eps) <= delta_target.
 
-    The profile is non-increasing in eps, so the root of sqrt(-log delta_target) -
-    sqrt(-log delta(eps)) (:func:`_gap`, the sign of delta - target) is bracketed and found by
-    secant steps through the last two points, safeguarded by the Illinois variant of regula
-    falsi (where a step leaves the bracket) and by bisection (where the bracket stops
-    halving). The returned value is the upper end of the final bracket, so
+    The profile is non-increasing in eps, so the root of sqrt(-log delta_target) - sqrt(-log
+    delta(eps)) (:func:`~otafl.privacy.analysis.roots.sign_gap`: the sign of delta - target) is
+    bracketed and found by :func:`~otafl.privacy.analysis.roots.bracketed_root` (secant steps,
+    safeguarded). The returned value is the upper end of the final bracket, so
     delta(eps) <= delta_target holds there.
 
     With ``conditioning="best"`` the eps of eq. (5) (cheap: 1-D when the noises are equal)
