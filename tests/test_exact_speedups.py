@@ -377,3 +377,27 @@ def test_the_newton_kernel_equals_the_likelihood_ratio_it_rewrites():
     assert bool(((G - G0).abs() <= 1e-12 + 1e-12 * scale).all())
     assert bool(((dG - dG0).abs() <= 1e-9 * dG0.abs() + 1e-12).all())
     assert torch.equal(mixture._ratio_value(u, eps, *k), G)
+
+
+def test_the_screens_floor_at_the_quick_looks_points_first_gives_the_same_totals(monkeypatch):
+    """compose_exact_rounds computes the d = 1 floor first at the points the quick look reads and
+    at the others only where they decide something. On a fading run (K = 200, d = 7850, 12
+    rounds): the same totals bit for bit as with the floor at every point at once; the central
+    total takes the full look (94 grid points), so its floor is completed at every point; the
+    local one is decided by the quick look (231 points), with at most 80 % of the evaluations."""
+    from otafl.privacy.analysis import pld
+
+    facts = _fading(200, 7850, rounds=12, n0=4.0)
+    sizes, inner = [], pld.others_floor
+    monkeypatch.setattr(pld, "others_floor", lambda e, s, *a, **k: sizes.append(e.numel() * s.participation_prob.shape[0])
+                        or inner(e, s, *a, **k))
+    out = {}
+    for first in (True, False):
+        monkeypatch.setattr(er, "FLOOR_FIRST", first)
+        for kind in ("central", "local"):
+            sizes.clear()
+            got = er.compose_exact_rounds(er.run_row_keys(facts, kind), delta_target=1e-5)
+            out[first, kind] = (got["epsilon"], got["screened"], sum(sizes))
+    assert out[True, "central"] == out[False, "central"] and out[True, "central"][1]
+    assert out[True, "local"][:2] == out[False, "local"][:2] and not out[True, "local"][1]
+    assert out[True, "local"][2] <= 0.8 * out[False, "local"][2]
