@@ -32,8 +32,8 @@ __all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "total_uppe
 
 _DT = torch.float64
 MAX_GRID_EPS = 500.0
-_TAIL = 1e-15  # each composition's tails cut to the pessimistic side (pld_dense, as dp_accounting's)
 """Largest grid end eps_max for a PLD (e^eps must stay finite); beyond, the total is +inf."""
+_TAIL = 1e-15  # each composition's tails cut to the pessimistic side (pld_dense, as dp_accounting's)
 
 
 def lower_convex_envelope(x, y):
