@@ -39,12 +39,20 @@ def connect_dots_pmf(gap: float, points: int, deltas):
     deltas = np.minimum.accumulate(np.asarray(deltas, dtype=np.float64))
     if deltas.min() < 0 or deltas.max() > 1:
         raise ValueError(f"deltas are not between 0 and 1: deltas={deltas}")
-    diffs = np.diff(deltas)
+    return DensePLDPmf(gap, -points, _connect_dots_masses(gap, deltas), float(deltas[-1]), True)
+
+
+def _connect_dots_masses(gap: float, deltas):
+    """The connect-the-dots masses of non-increasing deltas [..., 2 points + 1] (the last axis),
+    clipped at 0: dp_accounting's fixed-gap formula."""
+    import numpy as np
+
+    diffs = np.diff(deltas, axis=-1)
     probs = np.zeros_like(deltas)
-    probs[0] = 1 - deltas[0] + diffs[0] / math.expm1(gap)
-    probs[1:-1] = (diffs[1:] - diffs[:-1] * math.exp(gap)) / math.expm1(gap)
-    probs[-1] = diffs[-1] / math.expm1(-gap)
-    return DensePLDPmf(gap, -points, np.maximum(0.0, probs), float(deltas[-1]), True)
+    probs[..., 0] = 1 - deltas[..., 0] + diffs[..., 0] / math.expm1(gap)
+    probs[..., 1:-1] = (diffs[..., 1:] - diffs[..., :-1] * math.exp(gap)) / math.expm1(gap)
+    probs[..., -1] = diffs[..., -1] / math.expm1(-gap)
+    return np.maximum(0.0, probs)
 
 
 def lower_convex_envelopes(x, Y):
@@ -105,12 +113,7 @@ def round_pmfs(profiles, gap: float, tail: float = 0.0) -> list:
     # Rounding above can break monotonicity or [0, 1] by an ulp: the running minimum (of upper
     # bounds on a non-increasing profile: still an upper bound on it) and the clip mend it.
     deltas = np.minimum.accumulate(np.clip(np.concatenate([neg[:, ::-1], pos[:, 1:]], axis=1), 0.0, 1.0), axis=1)
-    diffs = np.diff(deltas, axis=1)
-    probs = np.zeros_like(deltas)
-    probs[:, 0] = 1 - deltas[:, 0] + diffs[:, 0] / math.expm1(gap)
-    probs[:, 1:-1] = (diffs[:, 1:] - diffs[:, :-1] * math.exp(gap)) / math.expm1(gap)
-    probs[:, -1] = diffs[:, -1] / math.expm1(-gap)
-    probs = np.maximum(0.0, probs)
+    probs = _connect_dots_masses(gap, deltas)
     if not tail > 0:
         return [DensePLDPmf(gap, -points, row, float(last), True) for row, last in zip(probs, deltas[:, -1])]
     n = probs.shape[1]
