@@ -193,11 +193,7 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
     x = torch.where(full, u_star, secant_or_mid(lo, hi, g_lo, g_hi))
     equal = (w == W) & ~full
     if bool(equal.any()):
-        log_2a = _LOG2 + log_pi - a * a / (2 * W)
-        b = log_1mpi + log_expm1(eps)
-        k = log_2a + eps / 2
-        log_z = torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a
-        x_eq = W * log_z / a
+        x_eq = _closed_form_root(eps, log_pi, log_1mpi, W, a)
         x = torch.where(equal & torch.isfinite(x_eq) & (x_eq >= lo) & (x_eq <= hi), x_eq, x)
 
     # Newton on the elements not yet converged (converged ones are frozen, as in the reference);
@@ -323,14 +319,20 @@ def _equal_variances(eps, lam, w, W, a, rtol, with_lower: bool = True):
     return (torch.nonzero(ok).reshape(-1) if cand is None else cand[ok]), upper, lower
 
 
+def _closed_form_root(eps, log_pi, log_1mpi, W, a):
+    """The root of L(u) = eps where w = W: W log z / a, z the positive root of the quadratic in
+    exp(u a / W) (:func:`_equal_variances`)."""
+    log_2a = _LOG2 + log_pi - a * a / (2 * W)
+    b = log_1mpi + log_expm1(eps)
+    k = log_2a + eps / 2
+    return W * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / a
+
+
 def _closed_form_bracket(eps, log_pi, log_1mpi, W, a, rtol):
     """The certified bracket of :func:`_equal_variances` (w = W): (lo, hi, ok), [x - tau, x + tau]
     around the closed-form root x, ok where x is finite and L - eps is <= 0 at lo and > 0 at
     hi. Elementwise on broadcast shapes."""
-    log_2a = _LOG2 + log_pi - a * a / (2 * W)
-    b = log_1mpi + log_expm1(eps)
-    k = log_2a + eps / 2
-    x = W * (torch.logaddexp(b, 0.5 * torch.logaddexp(2 * b, 2 * k)) - log_2a) / a
+    x = _closed_form_root(eps, log_pi, log_1mpi, W, a)
     tau = 4 * rtol * (1.0 + x.abs())
     half_log_W = 0.5 * torch.log(W)
     k0, k1, ka = _ratio_consts(log_1mpi - half_log_W, log_pi - half_log_W, 1.0 / W, 1.0 / W, a)
