@@ -401,3 +401,26 @@ def test_the_screens_floor_at_the_quick_looks_points_first_gives_the_same_totals
     assert out[True, "central"] == out[False, "central"] and out[True, "central"][1]
     assert out[True, "local"][:2] == out[False, "local"][:2] and not out[True, "local"][1]
     assert out[True, "local"][2] <= 0.8 * out[False, "local"][2]
+
+
+def test_poisson_binomial_laws_windowed_together_equal_each_windowed_alone():
+    """_laws windows the Poisson-binomial laws not cached yet in one batch per number of users
+    (pmf_count_laws); each law is the one pmf_count_law gives its pmf alone, bit for bit (30
+    random heterogeneous rounds of 25 and 40 users, at two tails; a binomial key among them),
+    and a cached law is returned as is."""
+    from otafl.privacy.accountants import exact_rows
+    from otafl.privacy.analysis.count_law import pmf_count_law
+
+    rng = np.random.default_rng(3)
+    keys = [("pb", tuple(rng.uniform(0.02, 0.98, size=k).tolist())) for k in (25, 40) for _ in range(15)]
+    keys.insert(7, ("binom", 30, 0.4))
+    er.clear_caches()
+    for tail in (1e-12, 1e-15):
+        together = exact_rows._laws(keys, tail)
+        for k, law in zip(keys, together):
+            alone = exact_rows._one_law(k, tail) if k[0] != "pb" else \
+                pmf_count_law(exact_rows._pmf(k), tail_mass=tail, exact_window=exact_rows.EXACT_WINDOW)
+            for a, b in ((law.n_first, alone.n_first), (law.n_last, alone.n_last), (law.weight, alone.weight),
+                         (law.dropped, alone.dropped)):
+                assert a.shape == b.shape and torch.equal(a, b)
+        assert all(a is b for a, b in zip(exact_rows._laws(keys, tail), together))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Sequence
 
@@ -30,6 +31,7 @@ from otafl.privacy.analysis.count_law import (
     binomial_count_law,
     local_count_law,
     pmf_count_law,
+    pmf_count_laws,
     stack_laws,
 )
 from otafl.privacy.analysis.ota_round import RoundSpec
@@ -73,9 +75,46 @@ def _pmf(law_key: tuple) -> torch.Tensor:
     return cached_poisson_binomial_pmf(law_key[1])
 
 
-@lru_cache(maxsize=4096)
+_LAWS: OrderedDict = OrderedDict()
+_LAWS_SIZE = 4096
+
+
 def _law(law_key: tuple, tail: float) -> CountLaw:
     """The law of the others' count for a law key (cached; identical to ota_rows' laws)."""
+    return _laws([law_key], tail)[0]
+
+
+def _laws(law_keys: Sequence[tuple], tail: float) -> list[CountLaw]:
+    """:func:`_law` of each key (an LRU of :data:`_LAWS_SIZE` laws): the Poisson-binomial laws
+    not cached yet windowed together (:func:`pmf_count_laws`), one batch per number of users,
+    instead of one small windowing per key (a channel-aware run has a law per round)."""
+    got: dict = {}
+    for k in law_keys:
+        if (k, tail) in _LAWS:
+            _LAWS.move_to_end((k, tail))
+            got[k] = _LAWS[k, tail]
+    todo: dict[int, list] = {}
+    for k in dict.fromkeys(k for k in law_keys if k not in got):
+        if k[0] == "pb":
+            todo.setdefault(len(k[1]), []).append(k)
+        else:
+            got[k] = _one_law(k, tail)
+    for keys in todo.values():
+        got.update(zip(keys, pmf_count_laws(torch.cat([_pmf(k) for k in keys]), tail_mass=tail,
+                                            exact_window=EXACT_WINDOW)))
+    for k in law_keys:
+        _LAWS[k, tail] = got[k]
+    while len(_LAWS) > _LAWS_SIZE:
+        _LAWS.popitem(last=False)
+    return [got[k] for k in law_keys]
+
+
+def clear_laws() -> None:
+    """Forget the cached laws (:func:`_laws`)."""
+    _LAWS.clear()
+
+
+def _one_law(law_key: tuple, tail: float) -> CountLaw:
     kind = law_key[0]
     if kind == "none":
         return local_count_law(1)
@@ -163,7 +202,7 @@ def _central_groups(p, s2) -> list:
     return out
 
 
-def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RESOLUTION) -> tuple:
+def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RESOLUTION, arrays=None) -> tuple:
     """The rows of one round as hashable keys (rounded as ``resolution`` says).
 
     Central key: ``("c", p_own, sigma_own^2, sigma_o^2, ch, a, dim, law_key, total_ok)`` with
@@ -173,9 +212,10 @@ def round_row_keys(f: RoundFacts, kind: str, resolution: Resolution = DEFAULT_RE
     count in the others' window at tail 1e-12, so every variance of the bound moves by at
     most the resolution). Local key: ``("l", p, sigma^2, ch, a, dim)``, p rounded up and ch
     rounded down. No row when nobody can take part, or when the channel noise is infinite
-    (c_t = 0 with N0 > 0: nothing is received).
+    (c_t = 0 with N0 > 0: nothing is received). ``arrays``: the round's :func:`_arrays`, when
+    the caller has them.
     """
-    p, s2 = _arrays(f)
+    p, s2 = _arrays(f) if arrays is None else arrays
     ch = _channel_noise(f)
     if not bool((p > 0).any()) or math.isinf(ch):
         return ()
@@ -212,11 +252,11 @@ def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution 
 
 def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution) -> list[tuple]:
     chs = {_channel_noise(f) for f in facts}
+    arrays = {id(f): _arrays(f) for f in facts}  # each round's (p, sigma^2) once, for every use below
     res = Resolution(resolution.channel if len(chs) > 1 else 0.0, 0.0)
     if kind == "local" and resolution.probability > 0:
         ps = set()
-        for f in {id(f): f for f in facts}.values():
-            p, s2 = _arrays(f)
+        for p, s2 in arrays.values():
             if (p > 0).any():
                 ps.update(pk for pk, _ in _rows_of(p, s2, "local"))
         if len(ps) > 1:
@@ -225,13 +265,14 @@ def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution
         # The others' Poisson-binomial pmfs of the whole run in a few batched recursions
         # (heterogeneous rounds; uniform ones have binomial laws and skip this).
         keys = []
-        for f in {id(f): f for f in facts}.values():
-            p, s2 = _arrays(f)
+        for p, s2 in arrays.values():
             if (p > 0).any() and not _uniform(p, s2):
                 keys.extend(k for *_, k, _ in _central_groups(p, s2) if k[0] == "pb")
         prefetch_poisson_binomial_pmfs([k[1] for k in keys])
+        _laws(keys, _FLOOR_TAIL)  # the laws whose smallest count keys the channel grid, windowed together
     seen: dict[int, tuple] = {}
-    return [seen.setdefault(id(f), round_row_keys(f, kind, res)) for f in facts]
+    return [seen[id(f)] if id(f) in seen else seen.setdefault(id(f), round_row_keys(f, kind, res, arrays[id(f)]))
+            for f in facts]
 
 
 def _spec(keys: Sequence[tuple], tail: float) -> RoundSpec:
@@ -240,7 +281,7 @@ def _spec(keys: Sequence[tuple], tail: float) -> RoundSpec:
     if keys[0][0] == "c":
         return RoundSpec(participation_prob=t(1), own_noise_var=t(2), others_noise_var=t(3),
                          channel_noise_var=t(4), half_sensitivity=t(5),
-                         law=stack_laws([_law(k[7], tail) for k in keys]), dim=keys[0][6],
+                         law=stack_laws(_laws([k[7] for k in keys], tail)), dim=keys[0][6],
                          total_ok=torch.tensor([k[8] for k in keys], dtype=torch.bool))
     return RoundSpec(participation_prob=t(1), own_noise_var=t(2),
                      others_noise_var=torch.zeros(len(keys), dtype=_DT), channel_noise_var=t(3),

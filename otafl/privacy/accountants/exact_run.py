@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -27,6 +27,7 @@ from otafl.privacy.accountants.exact_rows import (  # noqa: F401 (re-exported: t
     Resolution,
     _batches,
     _law,
+    clear_laws,
     _pmf,
     _rows_of,
     _sampling_rows,
@@ -39,6 +40,9 @@ from otafl.privacy.analysis.concentration import clear_poisson_binomial_cache
 from otafl.privacy.analysis.count_law import total_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec, round_epsilon, take_rows
 from otafl.privacy.facts import RoundFacts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Resolution", "DEFAULT_RESOLUTION", "NO_ROUNDING", "round_row_keys", "run_row_keys", "row_epsilons",
            "exact_round_epsilons", "compose_exact_rounds", "clear_caches"]
@@ -86,7 +90,7 @@ _EPS_CACHE_SIZE = 4096
 def clear_caches() -> None:
     """Forget every cached row epsilon and count law (for timing the uncached path)."""
     _EPS_CACHE.clear()
-    _law.cache_clear()
+    clear_laws()
     clear_poisson_binomial_cache()
     _sampling_rows.cache_clear()
 
@@ -150,7 +154,7 @@ def _eps_max(spec: RoundSpec, floor: float, grid: CellGrid) -> torch.Tensor:
     return out
 
 
-def _chord_fill(values: "np.ndarray", idx: "np.ndarray", eps: "np.ndarray") -> "np.ndarray":
+def _chord_fill(values: np.ndarray, idx: np.ndarray, eps: np.ndarray) -> np.ndarray:
     """Upper bounds at every grid point from upper bounds at the points ``idx`` (increasing,
     from 0): the chord in e^eps between sampled points (above the convex true profile), and
     beyond the last sampled point its value (the profile is non-increasing)."""

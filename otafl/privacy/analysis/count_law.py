@@ -98,6 +98,11 @@ def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float, exact
     P(n > hi_b) <= tail_mass / 2 (tails summed from their own ends, so small masses stay
     exact). ``tail_mass`` is a float or a [B] tensor.
     """
+    return _law_from_windows(*_windows(pmf, tail_mass), block_rel_width, exact_window)
+
+
+def _windows(pmf: torch.Tensor, tail_mass) -> tuple[list, list, torch.Tensor]:
+    """The windows of :func:`_blocks_from_pmf`: (starts, windows, dropped mass [B])."""
     B, M = pmf.shape
     dev = pmf.device
     tm = torch.as_tensor(tail_mass, dtype=_DT, device=dev).expand(B)[:, None] / 2
@@ -112,7 +117,7 @@ def _blocks_from_pmf(pmf: torch.Tensor, tail_mass, block_rel_width: float, exact
     above = torch.where(hi + 1 < M, sf.gather(1, (hi + 1).clamp(max=M - 1)[:, None])[:, 0], zero)
     starts = lo.tolist()
     windows = [pmf[b, lb:hb + 1] for b, (lb, hb) in enumerate(zip(starts, hi.tolist()))]
-    return _law_from_windows(starts, windows, below + above, block_rel_width, exact_window)
+    return starts, windows, below + above
 
 
 def binomial_count_law(participation_prob: torch.Tensor, num_others, *,
@@ -174,6 +179,15 @@ def pmf_count_law(pmf: torch.Tensor, *, tail_mass: float = 1e-12, block_rel_widt
     """CountLaw of a given pmf [B, M] of n (as :func:`poisson_binomial_count_law` does with its pmf)."""
     return _blocks_from_pmf(torch.as_tensor(pmf, dtype=_DT).reshape(-1, pmf.shape[-1]), tail_mass, block_rel_width,
                             exact_window)
+
+
+def pmf_count_laws(pmf: torch.Tensor, *, tail_mass: float = 1e-12, block_rel_width: float = 1e-3,
+                   exact_window: int = 0) -> list[CountLaw]:
+    """:func:`pmf_count_law` of each row of ``pmf`` [B, M] on its own (each law as wide as its
+    own window), the windows found for all rows at once."""
+    starts, windows, dropped = _windows(torch.as_tensor(pmf, dtype=_DT).reshape(-1, pmf.shape[-1]), tail_mass)
+    return [_law_from_windows([s], [w], dropped[i:i + 1], block_rel_width, exact_window)
+            for i, (s, w) in enumerate(zip(starts, windows))]
 
 
 def lump_counts(law: CountLaw, width: int) -> CountLaw:
