@@ -424,3 +424,57 @@ def test_poisson_binomial_laws_windowed_together_equal_each_windowed_alone():
                          (law.dropped, alone.dropped)):
                 assert a.shape == b.shape and torch.equal(a, b)
         assert all(a is b for a, b in zip(exact_rows._laws(keys, tail), together))
+
+
+def test_the_lower_bound_alone_is_eq_3_at_the_newton_point_between_the_certified_bounds():
+    """mixture_hockey_stick(upper=False) skips the bracket and takes eq. (3) at the Newton point
+    (at most h_eps: u_1 maximises it). On 4,000 random elements, with eps = 0, pi = 1 and w = W
+    among them: at least the certified lower bound (up to 1e-9 relative) and at most the
+    certified upper bound; the total variation at eps = 0 and the Gaussian mechanism at pi = 1."""
+    from otafl.privacy.analysis.gaussian import gaussian_hockey_stick
+    from otafl.privacy.analysis.mixture import mixture_hockey_stick, zero_eps_value
+
+    g = torch.Generator().manual_seed(11)
+    n = 4000
+    eps = torch.rand(n, generator=g, dtype=F64) * 6
+    eps[:200] = 0.0
+    lam = torch.randn(n, generator=g, dtype=F64) * 4
+    lam[200:400] = float("inf")
+    w = torch.rand(n, generator=g, dtype=F64) * 3 + 0.05
+    W = w + torch.rand(n, generator=g, dtype=F64) * 2
+    W[400:600] = w[400:600]
+    a = torch.rand(n, generator=g, dtype=F64) + 0.1
+    kw = dict(log_odds=lam, absent_var=w, present_var=W, half_sensitivity=a)
+    up, lo = mixture_hockey_stick(eps, **kw)
+    none, alone = mixture_hockey_stick(eps, upper=False, **kw)
+    assert none is None
+    # A little below the certified lower bound in the far tails (1e-50 ... 1e-190: the Newton point is
+    # up to 1e-6 relative off the root, the bracket's end 1e-13): both are lower bounds.
+    assert bool((alone >= lo * (1 - 1e-9) - 1e-300).all()) and bool((alone <= up).all())
+    tv = zero_eps_value(lam[:200], w[:200], W[:200], a[:200])
+    assert torch.allclose(alone[:200], tv, rtol=1e-12, atol=0)
+    gauss = gaussian_hockey_stick(epsilon=eps[200:400], sensitivity=2 * a[200:400], noise_std=W[200:400].sqrt())
+    assert torch.allclose(alone[200:400], gauss, rtol=1e-10, atol=1e-300)
+
+
+def test_eq_1s_lower_bound_alone_charges_each_block_at_its_largest_count():
+    """round_delta(conditioning="others", upper=False) on a law of n in blocks (K = 10^7, d = 1):
+    the lower bound of round_delta with both bounds (each block at its largest n), up to 1e-12;
+    and not the same sum charged at each block's smallest n (the upper bound's), which is larger."""
+    from otafl.privacy.analysis import ota_round
+    from otafl.privacy.analysis.ota_round import RoundSpec, round_delta
+
+    law = er._law(("binom", 10_000_000, 0.5), 1e-12)
+    assert not torch.equal(law.n_first, law.n_last)
+    one = lambda x: torch.tensor([x], dtype=F64)  # noqa: E731
+    spec = RoundSpec(participation_prob=one(0.5), own_noise_var=one(1.0), others_noise_var=one(1e-6),
+                     channel_noise_var=one(1.0), half_sensitivity=one(1.0), law=law, dim=1)
+    eps = torch.tensor([[0.0, 0.3, 1.0, 2.0]], dtype=F64)
+    up, lo = round_delta(eps, spec, conditioning="others")
+    none, alone = round_delta(eps, spec, conditioning="others", upper=False)
+    assert none is None and torch.allclose(alone, lo, rtol=1e-12, atol=0)
+    p, s2, a, w_first, _ = ota_round._round_params(spec)
+    _, at_first = ota_round.conditional_delta(eps[:, :, None], participation_prob=p, absent_var=w_first,
+                                              own_noise_var=s2, half_sensitivity=a, dim=1)
+    at_first = (law.weight[:, None, :] * at_first).sum(-1)
+    assert bool((at_first > alone * (1 + 1e-9)).any()) and bool((alone <= up).all())

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from otafl.privacy.analysis.gaussian import gaussian_hockey_stick
-from otafl.privacy.analysis.mixture import mixture_hockey_stick
+from otafl.privacy.analysis.mixture import equal_variance_upper, mixture_hockey_stick, zero_eps_value
 
-__all__ = ["CellGrid", "DEFAULT_GRID", "SCells", "s_cells", "conditional_delta"]
+__all__ = ["CellGrid", "DEFAULT_GRID", "SCells", "s_cells", "conditional_delta", "equal_noise_upper"]
 
 _DT = torch.float64
 
@@ -200,8 +200,8 @@ def _cell_integral(eps, p, w, s2, a, gauss, cells: SCells, with_lower: bool = Tr
 def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
                       absent_var: torch.Tensor, own_noise_var: torch.Tensor,
                       half_sensitivity: torch.Tensor, dim: int,
-                      grid: CellGrid = DEFAULT_GRID, cells: SCells | None = None, lower: bool = True
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      grid: CellGrid = DEFAULT_GRID, cells: SCells | None = None, lower: bool = True,
+                      upper: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     r"""Upper and lower bounds on delta_n(eps) = H_eps(P_n || Q_n), eq. (4).
 
     Parameters
@@ -218,6 +218,9 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     cells : prebuilt ``s_cells`` for exactly these (p, w, sigma_k^2) rows (shape
         [..., J(+1)] matching the broadcast shape); built on the fly when None.
     lower : False leaves the lower bound out (None; the upper bound is the same).
+    upper : False (with ``lower``) returns None for the upper bound; where s is ancillary (d = 1)
+        the 1-D mixtures then skip their brackets (:func:`mixture_hockey_stick`'s ``upper``),
+        elsewhere the lower bound is the same.
 
     Returns
     -------
@@ -249,13 +252,16 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     if bool(rest.any()) and bool(flat.any()):
         sel = lambda t: t[flat]  # noqa: E731
         u1, l1 = mixture_hockey_stick(sel(eps), log_odds=torch.logit(sel(p)), absent_var=sel(w),
-                                      present_var=sel(W), half_sensitivity=sel(a), lower=lower)
-        up = up.masked_scatter(flat, u1)
+                                      present_var=sel(W), half_sensitivity=sel(a), lower=lower, upper=upper)
+        if upper:
+            up = up.masked_scatter(flat, u1)
         if lower:
             lo = lo.masked_scatter(flat, l1)
     elif bool(flat.any()):  # every element (eq. (5)'s profiles): no gathers or scatters
         up, lo = mixture_hockey_stick(eps, log_odds=torch.logit(p), absent_var=w, present_var=W,
-                                      half_sensitivity=a, lower=lower)
+                                      half_sensitivity=a, lower=lower, upper=upper)
+        if up is None:
+            up = torch.zeros_like(eps)  # not returned (upper=False)
     if bool(cell.any()):
         every = bool(cell.all())  # eq. (1)'s d-dimensional profiles: no gathers or scatters
         sel = (lambda t: t) if every else (lambda t: t[cell])  # noqa: E731
@@ -272,4 +278,41 @@ def conditional_delta(eps: torch.Tensor, *, participation_prob: torch.Tensor,
     if not lower:
         return up.reshape(shape), None
     lo = torch.where(never, torch.zeros_like(lo), lo)
-    return up.reshape(shape), lo.reshape(shape)
+    return (up.reshape(shape) if upper else None), lo.reshape(shape)
+
+
+def equal_noise_upper(e: torch.Tensor, share: torch.Tensor, w: torch.Tensor, a: torch.Tensor, dim
+                      ) -> torch.Tensor:
+    """Eq. (5)'s terms' upper bounds [R, E, M] where every term has equal noises on both branches
+    (:func:`conditional_delta`'s upper bound, no extra noise; eq. (5) of
+    :func:`~otafl.privacy.analysis.ota_round.round_delta`): :func:`equal_variance_upper` on the
+    broadcast shapes (e [R, E, 1]; share, w [R, 1, M]; a [R, 1, 1]); where it certifies no root,
+    conditional_delta's closed forms on those shapes (pi_m = 0: 0; pi_m = 1: the Gaussian at W;
+    eps = 0: the total variation, :func:`zero_eps_value`), else conditional_delta itself."""
+    R, E, M = e.shape[0], e.shape[1], share.shape[2]
+    lam = torch.logit(share)
+    up, ok = equal_variance_upper(e, lam, w, a)
+    if bool(ok.all()):
+        return up.clamp(max=1.0)
+    a3 = a.expand(R, 1, 1)
+    none, full = share <= 0, share >= 1  # [R, 1, M]
+    done = ok | none
+    up = torch.where(none, torch.zeros((), dtype=_DT), up)
+    r, j = torch.nonzero(full.reshape(R, M), as_tuple=True)
+    if r.numel():  # pi_m = 1: the Gaussian mechanism, at every eps of the row
+        up[r, :, j] = gaussian_hockey_stick(epsilon=e[r, :, 0], sensitivity=2 * a3[r, 0], noise_std=w[r, 0, j, None].sqrt())
+        done = done | full
+    r, i = torch.nonzero((e == 0).reshape(R, E), as_tuple=True)
+    if r.numel():  # eps = 0, 0 < pi_m < 1: the total variation
+        inner = ~none[r, 0] & ~full[r, 0]
+        tv = zero_eps_value(lam[r, 0], w[r, 0], w[r, 0], a3[r, 0])
+        up[r, i] = torch.where(inner, tv, up[r, i])
+        done[r, i] = done[r, i] | inner
+    if not bool(done.all()):
+        bad = torch.nonzero(~done.reshape(-1)).reshape(-1)
+        r, i, j = bad // (E * M), (bad // M) % E, bad % M
+        u, _ = conditional_delta(e[r, i, 0], participation_prob=share[r, 0, j], absent_var=w[r, 0, j],
+                                 own_noise_var=torch.zeros_like(bad, dtype=_DT),
+                                 half_sensitivity=a3[r, 0, 0], dim=dim, lower=False)
+        up = up.reshape(-1).index_put((bad,), u).reshape(R, E, M)
+    return up.clamp(max=1.0)

@@ -105,7 +105,7 @@ def _ratio_value(u, eps, k0, k1, ka):
 def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
                          max_iter: int = 200, rtol: float = 1e-13, quick: bool = True,
-                         lower: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         lower: bool = True, upper: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     r"""Bounds on h_eps(pi) for (1-pi) N(0, w) + pi N(+a, W) vs (1-pi) N(0, w) + pi N(-a, W).
 
     Eq. (3) of the module docstring with the root u_1 of L(u) = eps bracketed by Newton
@@ -131,6 +131,10 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
 
     ``lower=False`` leaves the lower bound out (returned as None; the upper bound is the
     same): the profiles and roots of the accountants read the upper bound only.
+    ``upper=False`` (with ``lower``) leaves the upper bound out (None) and takes the lower
+    bound at the Newton point itself, uncertified: eq. (3) at *any* u is at most h_eps (u_1
+    maximises it), so no bracket is needed, and the tightening is skipped (the d = 1 floors
+    that screen eq. (1) read the lower bound only).
 
     Returns
     -------
@@ -141,27 +145,30 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
                                                    half_sensitivity)))
     shape = eps.shape
     eps, lam, w, W, a = (t.reshape(-1) for t in (eps, lam, w, W, a))
+    if not upper and not lower:
+        raise ValueError("mixture_hockey_stick: at least one of upper and lower is needed")
     if quick:
         got = _equal_variances(eps, lam, w, W, a, rtol, lower)
         if got is not None:
             sel, upper_q, lower_q = got
             if sel is None:  # every element certified by the closed form
-                return upper_q.reshape(shape), (lower_q.reshape(shape) if lower else None)
+                return (upper_q.reshape(shape) if upper else None), (lower_q.reshape(shape) if lower else None)
             rest = torch.ones_like(eps, dtype=torch.bool)
             rest[sel] = False
-            upper = torch.empty_like(eps)
+            upper_all = torch.empty_like(eps)
             low = torch.empty_like(eps) if lower else None
-            upper[sel] = upper_q
+            upper_all[sel] = upper_q
             if lower:
                 low[sel] = lower_q
             if bool(rest.any()):
                 u_r, l_r = mixture_hockey_stick(
                     eps[rest], log_odds=lam[rest], absent_var=w[rest], present_var=W[rest],
-                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False, lower=lower)
-                upper[rest] = u_r
+                    half_sensitivity=a[rest], max_iter=max_iter, rtol=rtol, quick=False, lower=lower, upper=upper)
+                if upper:
+                    upper_all[rest] = u_r
                 if lower:
                     low[rest] = l_r
-            return upper.reshape(shape), (low.reshape(shape) if lower else None)
+            return (upper_all.reshape(shape) if upper else None), (low.reshape(shape) if lower else None)
     full = torch.isposinf(lam)
     w = torch.where(full, torch.ones_like(w), w)  # irrelevant where pi = 1; keeps logs finite
     log_pi = F.logsigmoid(lam)
@@ -247,6 +254,10 @@ def mixture_hockey_stick(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_va
             xs = x_next
     if idx.numel():  # max_iter reached: the current brackets
         x[idx], lo[idx], hi[idx] = xs, los, his
+    if not upper:  # eq. (3) at the Newton point: a lower bound wherever that point is (see above)
+        x = torch.where((eps == 0) & ~full, torch.zeros_like(x), x)
+        low = _tail_excess(x, eps, log_pi, log_1mpi, w, W, a).clamp(min=0.0)
+        return None, low.reshape(shape)
 
     # Tighten the bracket around the Newton point on both sides (see the reference); only
     # the elements whose bracket is still wider than 2.5 tau are iterated again.

@@ -17,8 +17,8 @@ __all__ = ["mixture_hockey_stick_reference"]
 
 def mixture_hockey_stick_reference(eps: torch.Tensor, *, log_odds: torch.Tensor, absent_var: torch.Tensor,
                          present_var: torch.Tensor, half_sensitivity: torch.Tensor,
-                         max_iter: int = 200, rtol: float = 1e-13, lower: bool = True
-                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         max_iter: int = 200, rtol: float = 1e-13, lower: bool = True, upper: bool = True
+                         ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     r"""The previous (uncompacted) implementation of :func:`mixture_hockey_stick`, kept as
     the reference the tests compare it with.
 
@@ -37,12 +37,13 @@ def mixture_hockey_stick_reference(eps: torch.Tensor, *, log_odds: torch.Tensor,
     half_sensitivity : [...], float64, a > 0.
 
     lower : False returns None for the lower bound (as :func:`mixture_hockey_stick`).
+    upper : False returns None for the upper bound (the lower bound is the certified one).
 
     Returns
     -------
     upper, lower : [...], float64, lower <= h_eps(pi) <= upper.
     """
-    want_lower = lower
+    want_lower, want_upper = lower, upper
     eps, lam, w, W, a = torch.broadcast_tensors(*(torch.as_tensor(x, dtype=_DT) for x in
                                                   (eps, log_odds, absent_var, present_var,
                                                    half_sensitivity)))
@@ -135,4 +136,4 @@ def mixture_hockey_stick_reference(eps: torch.Tensor, *, log_odds: torch.Tensor,
     log_slack = (log_pi + torch.log(hi - lo) - dist * dist / (2 * W) - 0.5 * torch.log(W)
                  - _HALF_LOG_2PI)
     upper = _tail_excess(hi, *args).clamp(min=0.0) + torch.exp(log_slack)
-    return upper, (lower if want_lower else None)
+    return (upper if want_upper else None), (lower if want_lower else None)

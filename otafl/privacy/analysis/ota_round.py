@@ -35,10 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from otafl.errors import OtaflInputError
-from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, s_cells
+from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid, SCells, conditional_delta, equal_noise_upper, s_cells
 from otafl.privacy.analysis.count_law import CountLaw, TotalLaw, total_count_law
-from otafl.privacy.analysis.gaussian import gaussian_hockey_stick
-from otafl.privacy.analysis.mixture import equal_variance_upper, zero_eps_value
 from otafl.privacy.analysis.roots import bracketed_root, sign_gap
 
 __all__ = ["RoundSpec", "RoundCells", "round_cells", "round_delta", "round_epsilon", "take_rows", "take_cells",
@@ -148,8 +146,8 @@ def round_cells(spec: RoundSpec, grid: CellGrid = DEFAULT_GRID,
 
 
 def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_GRID,
-                cells: RoundCells | None = None, conditioning: str = "best", lower: bool = True
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                cells: RoundCells | None = None, conditioning: str = "best", lower: bool = True,
+                upper: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     r"""Bounds on the round's profile by joint convexity, eq. (1) and eq. (5).
 
     Parameters
@@ -162,6 +160,8 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
         smaller of the two; both are upper bounds on the same delta).
     lower : False leaves the lower bound out (None; the upper bound is the same, at less
         cost: profiles and roots read the upper bound only).
+    upper : False (``conditioning="others"`` only): eq. (1)'s lower bound alone (upper None),
+        cheaper in d = 1 (the floors that screen eq. (1): :func:`conditional_delta`'s ``upper``).
 
     Returns
     -------
@@ -176,6 +176,8 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     squeeze = eps.dim() == 1
     if squeeze:
         eps = eps[:, None]
+    if not upper and (conditioning != "others" or not lower):
+        raise OtaflInputError("round_delta(upper=False) needs conditioning='others' and lower=True")
     if cells is None:
         cells = round_cells(spec, grid, conditioning, lower)
     B, E = eps.shape[0], eps.shape[1]
@@ -186,12 +188,18 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
         step = max(1, _MAX_ELEMENTS // per_row)
         parts = [round_delta(eps[i:i + step], take_rows(spec, torch.arange(i, min(B, i + step))),
                              cells=take_cells(cells, torch.arange(i, min(B, i + step))),
-                             conditioning=conditioning, lower=lower) for i in range(0, B, step)]
-        up_all = torch.cat([u for u, _ in parts])
+                             conditioning=conditioning, lower=lower, upper=upper) for i in range(0, B, step)]
+        up_all = torch.cat([u for u, _ in parts]) if upper else None
         lo_all = torch.cat([lo for _, lo in parts]) if lower else None
         if squeeze:
-            return up_all[:, 0], (lo_all[:, 0] if lower else None)
+            return (up_all[:, 0] if upper else None), (lo_all[:, 0] if lower else None)
         return up_all, lo_all
+    if not upper:  # eq. (1)'s lower bound alone: each block at its largest n, the dropped mass left out
+        p, s2, a, _, w_last = _round_params(spec)
+        _, lo = conditional_delta(eps[:, :, None], participation_prob=p, absent_var=w_last, own_noise_var=s2,
+                                  half_sensitivity=a, dim=spec.dim, cells=cells.last, upper=False)
+        lo = (spec.law.weight[:, None, :] * lo).sum(-1)
+        return None, (lo[:, 0] if squeeze else lo)
     want_lower = lower
     law = spec.law
     p, s2, a, w_first, w_last = _round_params(spec)
@@ -200,7 +208,7 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     if conditioning in ("best", "others"):
         up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
                                    half_sensitivity=a, dim=spec.dim, cells=cells.first, lower=want_lower)
-        if want_lower and cells.last is not cells.first:
+        if want_lower and not torch.equal(law.n_first, law.n_last):  # the lower bound at each block's largest n
             _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last,
                                       own_noise_var=s2, half_sensitivity=a, dim=spec.dim,
                                       cells=cells.last)
@@ -211,7 +219,7 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     if total is not None:
         share, w, extra = _total_params(spec, total)
         if not want_lower and bool((extra == 0).all()):
-            up, lo = _equal_noise_total_upper(e, share, w, a, spec.dim), None
+            up, lo = equal_noise_upper(e, share, w, a, spec.dim), None
         else:
             up, lo = conditional_delta(e, participation_prob=share, absent_var=w, own_noise_var=extra,
                                        half_sensitivity=a, dim=spec.dim, cells=cells.total, lower=want_lower)
@@ -231,42 +239,6 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
     if squeeze:
         return upper[:, 0], (lower[:, 0] if want_lower else None)
     return upper, lower
-
-
-def _equal_noise_total_upper(e: torch.Tensor, share: torch.Tensor, w: torch.Tensor, a: torch.Tensor, dim
-                             ) -> torch.Tensor:
-    """Eq. (5)'s terms' upper bounds [R, E, M] where every term has equal noises on both branches
-    (:func:`conditional_delta`'s upper bound, no extra noise): :func:`equal_variance_upper` on the
-    broadcast shapes (e [R, E, 1]; share, w [R, 1, M]; a [R, 1, 1]); where it certifies no root,
-    conditional_delta's closed forms on those shapes (pi_m = 0: 0; pi_m = 1: the Gaussian at W;
-    eps = 0: the total variation, :func:`zero_eps_value`), else conditional_delta itself."""
-    R, E, M = e.shape[0], e.shape[1], share.shape[2]
-    lam = torch.logit(share)
-    up, ok = equal_variance_upper(e, lam, w, a)
-    if bool(ok.all()):
-        return up.clamp(max=1.0)
-    a3 = a.expand(R, 1, 1)
-    none, full = share <= 0, share >= 1  # [R, 1, M]
-    done = ok | none
-    up = torch.where(none, torch.zeros((), dtype=_DT), up)
-    r, j = torch.nonzero(full.reshape(R, M), as_tuple=True)
-    if r.numel():  # pi_m = 1: the Gaussian mechanism, at every eps of the row
-        up[r, :, j] = gaussian_hockey_stick(epsilon=e[r, :, 0], sensitivity=2 * a3[r, 0], noise_std=w[r, 0, j, None].sqrt())
-        done = done | full
-    r, i = torch.nonzero((e == 0).reshape(R, E), as_tuple=True)
-    if r.numel():  # eps = 0, 0 < pi_m < 1: the total variation
-        inner = ~none[r, 0] & ~full[r, 0]
-        tv = zero_eps_value(lam[r, 0], w[r, 0], w[r, 0], a3[r, 0])
-        up[r, i] = torch.where(inner, tv, up[r, i])
-        done[r, i] = done[r, i] | inner
-    if not bool(done.all()):
-        bad = torch.nonzero(~done.reshape(-1)).reshape(-1)
-        r, i, j = bad // (E * M), (bad // M) % E, bad % M
-        u, _ = conditional_delta(e[r, i, 0], participation_prob=share[r, 0, j], absent_var=w[r, 0, j],
-                                 own_noise_var=torch.zeros_like(bad, dtype=_DT),
-                                 half_sensitivity=a3[r, 0, 0], dim=dim, lower=False)
-        up = up.reshape(-1).index_put((bad,), u).reshape(R, E, M)
-    return up.clamp(max=1.0)
 
 
 CHECK_LUMP = 2e-3
@@ -380,7 +352,7 @@ def round_epsilon(delta_target: torch.Tensor, spec: RoundSpec, *,
             # Screen with d = 1 (1-D, cheap): u alone is a projection of the output, so
             # eq. (1) in d dimensions is at least its d = 1 value, and the d = 1 lower
             # bound exceeding the target means eq. (1)'s computed bound does too at e_t.
-            _, low1 = round_delta(probe, with_dim(spec, 1), conditioning="others")
+            _, low1 = round_delta(probe, with_dim(spec, 1), conditioning="others", upper=False)
             rest = torch.nonzero(~(torch.isfinite(e_t) & (low1 > t))).reshape(-1)
         need, cells_rest = rest[:0], None
         first = torch.full((B,), xtol, dtype=_DT, device=dev)  # the hinted solve's first step down

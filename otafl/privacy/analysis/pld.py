@@ -18,7 +18,7 @@ dp_accounting is imported on first use. See docs/privacy/composition.md#pld-comp
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -26,6 +26,9 @@ from otafl.privacy.analysis.cells import DEFAULT_GRID, CellGrid
 from otafl.privacy.analysis.count_law import lump_counts, total_count_law
 from otafl.privacy.analysis.ota_round import RoundSpec, round_cells, round_delta, take_rows, with_dim
 from otafl.privacy.analysis.pld_dense import compose_dense_counted, connect_dots_pmf, dense_arrays, round_pmfs  # noqa: F401
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MAX_GRID_EPS", "lower_convex_envelope", "round_profile", "total_upper", "others_floor", "probe_rows", "profile_grid",
            "compose_profiles"]
@@ -175,7 +178,7 @@ def _d1_lower(e: torch.Tensor, spec: RoundSpec, rows: int) -> torch.Tensor:
     output), for every row of ``spec`` at its own points ``e`` [R, E'], ``rows`` rows at a time."""
     R, one = e.shape[0], with_dim(spec, 1)
     return torch.cat([round_delta(e[s:s + rows], take_rows(one, torch.arange(s, min(R, s + rows))),
-                                  conditioning="others")[1] for s in range(0, R, rows)])
+                                  conditioning="others", upper=False)[1] for s in range(0, R, rows)])
 
 
 def _probe(eps, spec, up, probe_delta, slack, rows):
@@ -354,7 +357,7 @@ def epsilon_for_delta(pld, delta: float) -> float:
     return max(_pmf_epsilon(pmf, delta) for pmf in pmfs)
 
 
-def compose_profiles(profiles: Sequence[tuple["np.ndarray", int]], *, gap: float,  # noqa: F821
+def compose_profiles(profiles: Sequence[tuple[np.ndarray, int]], *, gap: float,
                      delta_target: float) -> float:
     """Total epsilon at ``delta_target`` of rounds given by their profiles on the common grid.
 
