@@ -73,6 +73,10 @@ FLOOR_FIRST = True
 at the others only where they decide something (:func:`compose_exact_rounds`); False: at
 every point at once. The same totals either way; measured (issue 31) about 60 % fewer floor
 evaluations on the Table II(a) runs."""
+OWN_REACH = True
+"""Eq. (1) enters each row's profile up to the row's own reach only (the points of its stride
+group reach the group's largest; beyond its own reach a row's eq. (5) is below 1e-3 delta / T
+already). False: at every point of the group."""
 QUIET_SHARE = 0.1
 """Share of a run's rounds (the quietest, by reach) that :func:`compose_exact_rounds` does not
 size its grid for: they get a coarser, still pessimistic, PLD. Measured (issue 31; figures in
@@ -282,7 +286,7 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
                                                                        others_floor(eps[ix][other], take_rows(sub, open_rows)))
                     helps = cand[(low[cand] < vals[cand]).any(1)]
                     if helps.numel():
-                        later.append((sub, ix, members, batch, helps, up5))
+                        later.append((sub, ix, members, batch, helps, up5, [tops[members[j]] for j in helps.tolist()]))
                     if other.numel() and bool(shown.any()):
                         pending.append((sub, ix, members, batch, cand[shown], other, low))
             for j, v, lo in zip(members, vals.numpy(), low.numpy()):
@@ -305,9 +309,11 @@ def compose_exact_rounds(rounds: Sequence[tuple], *, delta_target: float, points
     screened = bool(later)
     if later and (far or not total(floor) >= (1 - slack) * eps_skip):
         screened = False
-        for sub, ix, members, batch, helps, up5 in later:
+        for sub, ix, members, batch, helps, up5, own in later:
+            # Each row's eq. (1) up to its own reach (its group's points reach the group's largest).
+            limit = torch.as_tensor(np.searchsorted(ix, own, side="right"))
             vals = round_profile(eps[ix], take_rows(sub, helps), grid=grid, probe_delta=delta_target / T,
-                                 stride=others_stride, upper=up5[helps])
+                                 stride=others_stride, upper=up5[helps], limit=limit if OWN_REACH else None)
             for j, v in zip(helps.tolist(), vals.numpy()):
                 skip[batch[members[j]]] = _chord_fill(v, ix, eps_np)
         eps_skip = total(skip)
