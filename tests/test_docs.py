@@ -60,24 +60,27 @@ def test_continuation_lines_join_one_command(tmp_path):
     assert block.commands[0].text == 'python -c "print(42)"' and doccheck.check([path]) == []
 
 
-def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
-    failures = doccheck.check(doccheck.doc_files(), jobs=2)  # pages side by side: the rest of the suite is one process
-    assert failures == [], "\n\n".join(failures)
-
-
 SLOW_PAGES = sorted((p for p in doccheck.doc_files() if any(b.slow for b in doccheck.blocks(p))),
                     key=lambda p: -sum(b.slow for b in doccheck.blocks(p)))
 """The pages with slow blocks, the most first: the slow pass hands tests out in this order, and
 the longest page (sweeps.md, with Table II) was the last to start in a 39-minute CI run."""
 
 
+def test_every_fast_console_block_of_the_readme_and_the_site_prints_what_it_quotes():
+    """The pages without slow blocks; a page with slow blocks is checked whole (its fast blocks
+    too) by the slow pass's test below, one test per page, which CI runs."""
+    pages = [p for p in doccheck.doc_files() if p not in SLOW_PAGES]
+    failures = doccheck.check(pages, jobs=2)  # pages side by side: the rest of the suite is one process
+    assert failures == [], "\n\n".join(failures)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", SLOW_PAGES, ids=lambda p: str(p.relative_to(doccheck.ROOT)))
 def test_every_console_block_of_a_page_with_slow_blocks_prints_what_it_quotes(page):
-    """Every block of a page with slow blocks (its fast blocks may make what the slow ones read);
-    the pages with fast blocks only are the default suite's test above, which CI runs too, so
-    they are not run twice. One test per page, so that the slow pass spreads the pages over its
-    workers (``--dist load``)."""
+    """Every block of a page with slow blocks (its fast blocks may make what the slow ones read,
+    and only this test checks them); the pages with fast blocks only are the default suite's
+    test above, which CI runs too, so they are not run twice. One test per page, so that the
+    slow pass spreads the pages over its workers (``--dist load``)."""
     failures = doccheck.check([page], slow=True, times=True)  # times shown with -s or on failure
     assert failures == [], "\n\n".join(failures)
 
