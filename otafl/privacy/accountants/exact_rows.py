@@ -18,8 +18,8 @@ row's epsilon covers every member, and its profile dominates every member's poin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 

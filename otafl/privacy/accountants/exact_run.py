@@ -27,11 +27,11 @@ from otafl.privacy.accountants.exact_rows import (  # noqa: F401 (re-exported: t
     Resolution,
     _batches,
     _law,
-    clear_laws,
     _pmf,
     _rows_of,
     _sampling_rows,
     _spec,
+    clear_laws,
     round_row_keys,
     run_row_keys,
 )
