@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 _BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_privacy.py"
 
 
+@pytest.mark.slow  # a benchmark's smoke test, as bench_sweep's (4-6 s: the default suite is at its 4 minutes)
 def test_the_run_keys_are_the_smallest_of_their_cold_runs_with_the_runs_totals():
     run = subprocess.run([sys.executable, str(_BENCH), "--json", "--run-keys-only", "--rounds", "5",
                           "--large-k-rounds", "0", "--repeats", "2"],
