@@ -93,17 +93,19 @@ def _laws(law_keys: Sequence[tuple], tail: float) -> list[CountLaw]:
         if (k, tail) in _LAWS:
             _LAWS.move_to_end((k, tail))
             got[k] = _LAWS[k, tail]
+    new: dict = {}
     todo: dict[int, list] = {}
     for k in dict.fromkeys(k for k in law_keys if k not in got):
         if k[0] == "pb":
             todo.setdefault(len(k[1]), []).append(k)
         else:
-            got[k] = _one_law(k, tail)
+            new[k] = _one_law(k, tail)
     for keys in todo.values():
-        got.update(zip(keys, pmf_count_laws(torch.cat([_pmf(k) for k in keys]), tail_mass=tail,
+        new.update(zip(keys, pmf_count_laws(torch.cat([_pmf(k) for k in keys]), tail_mass=tail,
                                             exact_window=EXACT_WINDOW)))
-    for k in law_keys:
-        _LAWS[k, tail] = got[k]
+    got.update(new)
+    for k, law in new.items():
+        _LAWS[k, tail] = law
     while len(_LAWS) > _LAWS_SIZE:
         _LAWS.popitem(last=False)
     return [got[k] for k in law_keys]
@@ -252,7 +254,8 @@ def run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution 
 
 def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution) -> list[tuple]:
     chs = {_channel_noise(f) for f in facts}
-    arrays = {id(f): _arrays(f) for f in facts}  # each round's (p, sigma^2) once, for every use below
+    unique = {id(f): f for f in facts}  # a facts object repeated over rounds is keyed once
+    arrays = {i: _arrays(f) for i, f in unique.items()}  # each round's (p, sigma^2), for every use below
     res = Resolution(resolution.channel if len(chs) > 1 else 0.0, 0.0)
     if kind == "local" and resolution.probability > 0:
         ps = set()
@@ -270,9 +273,8 @@ def _run_row_keys(facts: Sequence[RoundFacts], kind: str, resolution: Resolution
                 keys.extend(k for *_, k, _ in _central_groups(p, s2) if k[0] == "pb")
         prefetch_poisson_binomial_pmfs([k[1] for k in keys])
         _laws(keys, _FLOOR_TAIL)  # the laws whose smallest count keys the channel grid, windowed together
-    seen: dict[int, tuple] = {}
-    return [seen[id(f)] if id(f) in seen else seen.setdefault(id(f), round_row_keys(f, kind, res, arrays[id(f)]))
-            for f in facts]
+    keyed = {i: round_row_keys(f, kind, res, arrays[i]) for i, f in unique.items()}
+    return [keyed[id(f)] for f in facts]
 
 
 def _spec(keys: Sequence[tuple], tail: float) -> RoundSpec:

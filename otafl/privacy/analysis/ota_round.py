@@ -194,26 +194,24 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
         if squeeze:
             return (up_all[:, 0] if upper else None), (lo_all[:, 0] if lower else None)
         return up_all, lo_all
-    if not upper:  # eq. (1)'s lower bound alone: each block at its largest n, the dropped mass left out
-        p, s2, a, _, w_last = _round_params(spec)
-        _, lo = conditional_delta(eps[:, :, None], participation_prob=p, absent_var=w_last, own_noise_var=s2,
-                                  half_sensitivity=a, dim=spec.dim, cells=cells.last, upper=False)
-        lo = (spec.law.weight[:, None, :] * lo).sum(-1)
-        return None, (lo[:, 0] if squeeze else lo)
-    want_lower = lower
+    want_lower, want_upper = lower, upper
     law = spec.law
     p, s2, a, w_first, w_last = _round_params(spec)
     e = eps[:, :, None]
     upper = lower = None
     if conditioning in ("best", "others"):
-        up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
-                                   half_sensitivity=a, dim=spec.dim, cells=cells.first, lower=want_lower)
-        if want_lower and not torch.equal(law.n_first, law.n_last):  # the lower bound at each block's largest n
-            _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last,
-                                      own_noise_var=s2, half_sensitivity=a, dim=spec.dim,
-                                      cells=cells.last)
+        # The upper bound charges each block at its smallest n, the lower bound at its largest
+        # (the terms do not increase with n); one call gives both where the law has no blocks.
+        same = torch.equal(law.n_first, law.n_last)
         wgt = law.weight[:, None, :]
-        upper = ((wgt * up).sum(-1) + law.dropped[:, None]).clamp(max=1.0)
+        if want_upper:
+            up, lo = conditional_delta(e, participation_prob=p, absent_var=w_first, own_noise_var=s2,
+                                       half_sensitivity=a, dim=spec.dim, cells=cells.first,
+                                       lower=want_lower and same)
+            upper = ((wgt * up).sum(-1) + law.dropped[:, None]).clamp(max=1.0)
+        if want_lower and not (want_upper and same):  # without the upper bound: the dropped mass left out
+            _, lo = conditional_delta(e, participation_prob=p, absent_var=w_last, own_noise_var=s2,
+                                      half_sensitivity=a, dim=spec.dim, cells=cells.last, upper=want_upper)
         lower = (wgt * lo).sum(-1) if want_lower else None
     total = total_count_law(spec.law, spec.participation_prob) if conditioning in ("best", "total") else None
     if total is not None:
@@ -233,11 +231,11 @@ def round_delta(eps: torch.Tensor, spec: RoundSpec, *, grid: CellGrid = DEFAULT_
             if spec.total_ok is not None:
                 t_lo = torch.where(spec.total_ok[:, None], t_lo, torch.ones_like(t_lo))
             lower = t_lo if lower is None else torch.minimum(lower, t_lo)
-    elif upper is None:
+    elif conditioning == "total":
         raise OtaflInputError("conditioning = 'total' needs the law of n per count "
                               "(fewer than 1 / block_rel_width users)")
     if squeeze:
-        return upper[:, 0], (lower[:, 0] if want_lower else None)
+        return (upper[:, 0] if want_upper else None), (lower[:, 0] if want_lower else None)
     return upper, lower
 
 

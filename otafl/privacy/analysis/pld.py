@@ -256,10 +256,11 @@ def _others_upper(eps: torch.Tensor, spec: RoundSpec, rows: torch.Tensor, grid: 
     """
     if limit is not None and len(rows) and eps.dim() == 1:
         out = torch.full((len(rows), eps.shape[-1]), math.inf, dtype=_DT)
-        band = (limit.clamp(min=1, max=eps.shape[-1]) + LIMIT_BAND - 1) // LIMIT_BAND
+        limit = limit.clamp(min=1, max=eps.shape[-1])
+        band = (limit + LIMIT_BAND - 1) // LIMIT_BAND
         for b in torch.unique(band).tolist():
             sel = torch.nonzero(band == b).reshape(-1)
-            top = int(limit[sel].clamp(min=1, max=eps.shape[-1]).max())
+            top = int(limit[sel].max())
             out[sel, :top] = _others_upper(eps[:top], spec, rows[sel], grid, max_elements, lump)
         return out
     if lump > 0 and len(rows):
